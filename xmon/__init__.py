@@ -1,0 +1,48 @@
+"""xmon: a PJRT device profiler and monitoring daemon for JAX jobs.
+
+In a JAX job::
+
+    import xmon
+    xmon.attach(job_name="train")
+    for batch in data:
+        with xmon.step():
+            state = train_step(state, batch)
+
+``import xmon`` itself does not import jax; the agent (``xmon.agent``) does, when attached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "attach", "detach", "step", "is_attached"]
+
+
+def attach(*args: Any, **kwargs: Any) -> Any:
+    """Start the in-job agent (see :func:`xmon.agent.attach`)."""
+    from xmon import agent
+
+    return agent.attach(*args, **kwargs)
+
+
+def detach() -> None:
+    """Stop the in-job agent and flush its last report."""
+    from xmon import agent
+
+    agent.detach()
+
+
+def step(*args: Any, **kwargs: Any) -> Any:
+    """Time a training step: ``with xmon.step():`` or ``@xmon.step`` (see xmon.agent.steps)."""
+    from xmon import agent
+
+    return agent.step(*args, **kwargs)
+
+
+def is_attached() -> bool:
+    import sys
+
+    agent = sys.modules.get("xmon.agent")
+    return bool(agent is not None and agent.is_attached())

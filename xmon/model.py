@@ -1,0 +1,317 @@
+"""The one snapshot data model every exporter and view consumes.
+
+Everything here is a frozen dataclass of plain values. ``None`` always means "not available
+here" (an unsupported counter, a backend without the stat, a job that has not stepped yet);
+exporters skip it rather than printing 0. This module imports nothing else of xmon, so the
+daemon, the exporters and the views can all depend on it without pulling in jax.
+
+Snapshots travel to views as JSON (:func:`snapshot_to_dict` / :func:`snapshot_from_dict`), so
+the field names here are also the keys of ``xmon monitor`` and of the subscribe stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """Host-wide numbers, from psutil."""
+
+    hostname: str
+    cpu_count: int
+    cpu_utilization_ratio: float | None  # psutil.cpu_percent() / 100, all cores together
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_available_bytes: int
+    load_average_1m: float | None = None
+    per_cpu_utilization_ratio: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Static facts about one PJRT device, as ``jax.Device`` reports them."""
+
+    id: int  # jax.Device.id (global id)
+    platform: str  # "cpu" | "gpu" | "tpu" | plugin name
+    device_kind: str  # e.g. "TPU v6 lite", "NVIDIA H100 80GB HBM3", "cpu"
+    process_index: int = 0
+    local_hardware_id: int | None = None
+    coords: tuple[int, ...] | None = None  # TPU chip coordinates (absent on CPU)
+    core_on_chip: int | None = None
+    slice_index: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """PJRT allocator statistics of one device inside one job.
+
+    Fields mirror the keys of ``jax.Device.memory_stats()`` (tsl::AllocatorStats); each is
+    optional because allocators differ. On CPU, where memory_stats() is None, only
+    ``live_array_bytes`` (sum of ``nbytes`` of ``jax.live_arrays()`` on the device) is set.
+    """
+
+    bytes_in_use: int | None = None
+    peak_bytes_in_use: int | None = None
+    bytes_limit: int | None = None
+    bytes_reserved: int | None = None
+    peak_bytes_reserved: int | None = None
+    bytes_reservable_limit: int | None = None
+    largest_free_block_bytes: int | None = None
+    largest_alloc_size: int | None = None
+    num_allocs: int | None = None
+    pool_bytes: int | None = None
+    peak_pool_bytes: int | None = None
+    live_array_bytes: int | None = None
+    fragmentation_ratio: float | None = None  # derived, see xmon.derived.fragmentation_ratio
+    extra: dict[str, int] = field(default_factory=dict)  # keys this version does not know yet
+
+    @property
+    def in_use_bytes(self) -> int | None:
+        """Best available "live bytes": allocator stat, else the live-array sum."""
+        return self.bytes_in_use if self.bytes_in_use is not None else self.live_array_bytes
+
+
+@dataclass(frozen=True)
+class JobDevice:
+    """A device as one job sees it: static info plus that job's allocator stats."""
+
+    info: DeviceInfo
+    memory: DeviceMemory
+
+
+@dataclass(frozen=True)
+class HardwareCounters:
+    """Counters read from outside any job (NVML, libtpu runtime metrics)."""
+
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_ratio: float | None = None
+    duty_cycle_ratio: float | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """A physical accelerator on this host, found by a hardware collector."""
+
+    index: int
+    platform: str
+    device_kind: str
+    source: str  # collector name
+    hardware: HardwareCounters
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Program:
+    """One compiled XLA executable, with XLA's cost and memory analysis.
+
+    Cost numbers are per device for SPMD-partitioned programs (that is how XLA reports them);
+    ``num_devices`` says how many devices run it.
+    """
+
+    fingerprint: str
+    name: str  # HLO module name, e.g. "jit_train_step"
+    fun_name: str | None = None  # as jax.monitoring names it, e.g. "jit(train_step)"
+    flops: float | None = None  # best estimate: XLA's count plus GEMM custom-calls it omits
+    flops_xla: float | None = None  # Compiled.cost_analysis()["flops"] as reported
+    custom_call_flops: float | None = None  # GEMM custom-calls counted from optimized HLO
+    transcendentals: float | None = None
+    bytes_accessed: float | None = None
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+    peak_memory_bytes: int | None = None
+    num_devices: int = 1
+    compile_seconds: float | None = None
+    compiled_at: float | None = None  # wall clock
+    cache_hit: bool = False  # came from the persistent compilation cache
+    in_step: bool = False  # compiled while a step was running: counted in FLOPs per step
+
+
+@dataclass(frozen=True)
+class CompileEvent:
+    fun_name: str
+    duration_seconds: float
+    wall_time: float
+    cache_hit: bool = False
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """Cumulative compile activity of a job, from jax.monitoring events."""
+
+    compiles_total: int = 0  # /jax/core/compile/backend_compile_duration events
+    recompiles_total: int = 0  # compiles of a fun_name compiled before (new shapes/dtypes)
+    backend_compile_seconds_total: float = 0.0
+    trace_seconds_total: float = 0.0  # /jax/core/compile/jaxpr_trace_duration
+    lowering_seconds_total: float = 0.0  # /jax/core/compile/jaxpr_to_mlir_module_duration
+    cache_requests_total: int = 0  # /jax/compilation_cache/compile_requests_use_cache
+    cache_hits_total: int = 0
+    cache_misses_total: int = 0
+    recent: tuple[CompileEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Step timing. A step's time is the interval between consecutive step starts, which needs
+    no device synchronisation and equals the true step time once dispatch is backpressured."""
+
+    steps_total: int = 0
+    step_seconds_total: float = 0.0
+    last_step_seconds: float | None = None
+    p50_step_seconds: float | None = None
+    p90_step_seconds: float | None = None
+    p99_step_seconds: float | None = None
+    steps_per_second: float | None = None
+    flops_per_step: float | None = None  # all devices of the job together
+    bytes_per_step: float | None = None
+    window: tuple[float, ...] = ()  # recent step durations (bounded), newest last
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Derived live efficiency of a job (see xmon.derived)."""
+
+    achieved_flops_per_second: float | None = None
+    achieved_bytes_per_second: float | None = None
+    peak_flops_per_second: float | None = None  # all devices of the job together
+    peak_bytes_per_second: float | None = None
+    model_flops_utilization_ratio: float | None = None
+    memory_bandwidth_utilization_ratio: float | None = None
+    flops_lower_bound: bool = False  # some program's FLOPs could not be fully counted
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """The job's process as the host collector sees it (psutil)."""
+
+    cpu_utilization_ratio: float | None  # of one core; may exceed 1 with threads
+    cpu_seconds_total: float | None
+    resident_memory_bytes: int | None
+    num_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentHealth:
+    """The agent's own transport counters (cumulative since attach)."""
+
+    reports_sent_total: int = 0
+    reports_dropped_total: int = 0
+    events_dropped_total: int = 0
+    reconnects_total: int = 0
+    overhead_seconds_total: float = 0.0  # time spent in the agent's own thread
+
+
+@dataclass(frozen=True)
+class Job:
+    """One JAX process with the agent attached."""
+
+    job_name: str
+    pid: int
+    hostname: str
+    platform: str
+    jax_version: str
+    jaxlib_version: str
+    process_index: int = 0
+    process_count: int = 1
+    argv: tuple[str, ...] = ()
+    started_at: float = 0.0  # wall clock of attach
+    last_report_at: float = 0.0  # wall clock
+    devices: tuple[JobDevice, ...] = ()
+    compile: CompileStats = field(default_factory=CompileStats)
+    programs: tuple[Program, ...] = ()
+    steps: StepStats = field(default_factory=StepStats)
+    utilization: Utilization = field(default_factory=Utilization)
+    process: ProcessSample | None = None
+    agent: AgentHealth = field(default_factory=AgentHealth)
+
+
+@dataclass(frozen=True)
+class CollectorHealth:
+    name: str
+    up: bool
+    errors_total: int = 0
+    duration_seconds: float | None = None
+    last_error: str | None = None
+    present: bool = True  # False: the hardware is not on this host (not an error)
+
+
+@dataclass(frozen=True)
+class DaemonStats:
+    version: str
+    started_at: float
+    agents_connected: int = 0
+    reports_received_total: int = 0
+    reports_rejected_total: int = 0
+    agents_disconnected_total: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the daemon knows at one tick."""
+
+    seq: int
+    wall_time: float
+    monotonic: float
+    hostname: str
+    daemon: DaemonStats
+    host: HostSample | None = None
+    devices: tuple[Device, ...] = ()
+    jobs: tuple[Job, ...] = ()
+    collectors: tuple[CollectorHealth, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+
+# --- JSON round trip -------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
+    return dataclasses.asdict(snapshot)
+
+
+def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:
+    return from_dict(Snapshot, data)
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Rebuild a (nested) model dataclass from :func:`dataclasses.asdict` output.
+
+    Unknown keys are ignored so an older view can read a newer daemon's snapshots.
+    """
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kwargs[f.name] = _decode(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _decode(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _decode(options[0], value) if len(options) == 1 else value
+    if origin is tuple:
+        args = typing.get_args(hint)
+        item = args[0] if args else Any
+        return tuple(_decode(item, v) for v in value)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return from_dict(hint, value)
+    return value
