@@ -1,0 +1,133 @@
+"""The in-job agent (the only part of xmon that imports jax).
+
+``attach()`` registers jax.monitoring listeners and the compile hook and starts one background
+thread; it never initialises a JAX backend, never synchronises a device and never raises into
+the job once running. Without a daemon it keeps running and counts what it could not send.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from xmon.agent.core import Agent
+
+__all__ = ["Agent", "attach", "detach", "is_attached", "current", "step"]
+
+log = logging.getLogger("xmon.agent")
+
+_lock = threading.Lock()
+_agent: Agent | None = None
+
+
+def attach(
+    job_name: str | None = None,
+    period: float = 1.0,
+    socket_path: str | os.PathLike[str] | None = None,
+    step_annotations: bool = True,
+) -> Agent:
+    """Start reporting this job to the local xmon daemon. Idempotent: a second call returns
+    the running agent (a different job_name or period is ignored with a warning)."""
+    global _agent
+    with _lock:
+        if _agent is not None:
+            if job_name and job_name != _agent.job_name:
+                log.warning("xmon: already attached as %r; ignoring %r", _agent.job_name, job_name)
+            return _agent
+        agent = Agent(
+            job_name=job_name,
+            period=period,
+            socket_path=Path(socket_path) if socket_path else None,
+            step_annotations=step_annotations,
+        )
+        agent.start()
+        _agent = agent
+    atexit.register(_detach_at_exit)
+    return agent
+
+
+def detach() -> None:
+    """Stop the agent, sending its last report if the daemon is there (bounded wait)."""
+    global _agent
+    with _lock:
+        agent, _agent = _agent, None
+    if agent is not None:
+        agent.stop()
+
+
+def _detach_at_exit() -> None:
+    agent = _agent
+    try:
+        detach()
+    except Exception:  # noqa: BLE001 - interpreter shutdown: never a traceback from us
+        return
+    if agent is not None:
+        counters = agent.transport.counters
+        if counters.reports_dropped and os.environ.get("XMON_QUIET") != "1":
+            print(
+                f"xmon: job {agent.job_name!r}: {counters.reports_sent} reports sent, "
+                f"{counters.reports_dropped} dropped while the daemon at {agent.socket_path} "
+                f"was unreachable ({counters.reconnects} reconnects)",
+                file=sys.stderr,
+            )
+
+
+def is_attached() -> bool:
+    return _agent is not None
+
+
+def current() -> Agent | None:
+    return _agent
+
+
+class _NoStep(AbstractContextManager[None]):
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def step(
+    fn: Callable[..., Any] | None = None,
+    *,
+    flops: float | None = None,
+    bytes_accessed: float | None = None,
+) -> Any:
+    """Mark training steps. ``with xmon.step(): ...`` or ``@xmon.step`` / ``xmon.step(fn)``.
+
+    FLOPs per step come from the cost analysis of the programs compiled inside steps; pass
+    ``flops=`` (and ``bytes_accessed=``) to declare them instead. Without an attached agent
+    this is a no-op, so instrumented code runs unchanged.
+    """
+    agent = _agent
+    if agent is not None:
+        if flops is not None:
+            agent.steps.declared_flops_per_step = float(flops)
+        if bytes_accessed is not None:
+            agent.steps.declared_bytes_per_step = float(bytes_accessed)
+    if fn is not None:
+        return _wrap_lazily(fn)
+    return agent.steps.step() if agent is not None else _NoStep()
+
+
+def _wrap_lazily(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator applied before attach() still times steps once the agent runs."""
+    import functools
+
+    @functools.wraps(fn)
+    def stepped(*args: Any, **kwargs: Any) -> Any:
+        agent = _agent
+        if agent is None:
+            return fn(*args, **kwargs)
+        agent.steps.begin()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            agent.steps.end()
+
+    return stepped

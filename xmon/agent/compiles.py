@@ -1,0 +1,228 @@
+"""Compile activity of the job: jax.monitoring events plus every compiled executable.
+
+Two sources, joined on the compiling thread:
+
+* public ``jax.monitoring`` listeners give compile-phase durations (with ``fun_name`` since
+  jax 0.6.1) and persistent-cache requests/hits/misses;
+* a pass-through wrapper around ``jax._src.compiler.compile_or_get_cached`` sees every
+  executable XLA builds or loads from the persistent cache (jit, pjit, pmap, eager primitives),
+  so cost and memory analysis are recorded for every program without any change to user code.
+  It is private API, but the only place that hands out the executable; its name and
+  module-attribute call site have been stable from jax 0.4.30 to 0.11 (see
+  docs/architecture.md). When it is missing the agent still reports compile events.
+
+Listeners run synchronously inside the user's jit call and an exception there would propagate
+into user code, so every callback here is wrapped and does O(1) work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from xmon.agent.programs import ProgramRecord, describe_executable
+from xmon.model import CompileEvent, CompileStats
+
+log = logging.getLogger("xmon.agent")
+
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+TRACE = "/jax/core/compile/jaxpr_trace_duration"
+LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+CACHE_REQUESTS = "/jax/compilation_cache/compile_requests_use_cache"
+CACHE_HITS = "/jax/compilation_cache/cache_hits"
+CACHE_MISSES = "/jax/compilation_cache/cache_misses"
+
+MAX_PENDING_EVENTS = 1024
+MAX_PROGRAMS = 4096
+
+
+class CompileRecorder:
+    """Thread-safe accumulator of compile counters, recent events and program records."""
+
+    def __init__(self, in_step: Callable[[], bool] = lambda: False) -> None:
+        self._lock = threading.Lock()
+        self._in_step = in_step
+        self._counts: dict[str, float] = {}
+        self._seen_fun_names: set[str] = set()
+        self._pending_events: deque[CompileEvent] = deque(maxlen=MAX_PENDING_EVENTS)
+        self._programs: dict[str, ProgramRecord] = {}
+        self._unsent: list[str] = []
+        self._local = threading.local()
+        self.events_dropped = 0
+        self.generation = 0  # bumps on every compile; lets the step API notice new programs
+
+    # -- jax.monitoring callbacks (user threads) --------------------------------------------
+    def on_event(self, event: str, **kwargs: Any) -> None:
+        try:
+            if event == CACHE_HITS:
+                self._local.cache_hit = True
+            if event in (CACHE_REQUESTS, CACHE_HITS, CACHE_MISSES):
+                with self._lock:
+                    self._counts[event] = self._counts.get(event, 0) + 1
+        except Exception:  # noqa: BLE001 - never raise into the user's jit call
+            pass
+
+    def on_duration(self, event: str, duration_secs: float, **kwargs: Any) -> None:
+        try:
+            if event == BACKEND_COMPILE:
+                self._on_backend_compile(str(kwargs.get("fun_name", "?")), float(duration_secs))
+            elif event in (TRACE, LOWERING):
+                with self._lock:
+                    self._counts[event] = self._counts.get(event, 0.0) + float(duration_secs)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _on_backend_compile(self, fun_name: str, seconds: float) -> None:
+        cache_hit = bool(getattr(self._local, "cache_hit", False))
+        self._local.cache_hit = False
+        last = getattr(self._local, "last_program", None)
+        self._local.last_program = None
+        with self._lock:
+            self._counts["compiles"] = self._counts.get("compiles", 0) + 1
+            self._counts[BACKEND_COMPILE] = self._counts.get(BACKEND_COMPILE, 0.0) + seconds
+            if fun_name in self._seen_fun_names:
+                self._counts["recompiles"] = self._counts.get("recompiles", 0) + 1
+            self._seen_fun_names.add(fun_name)
+            if len(self._pending_events) == self._pending_events.maxlen:
+                self.events_dropped += 1
+            self._pending_events.append(CompileEvent(fun_name, seconds, time.time(), cache_hit))
+            if last is not None and last in self._programs:
+                record = self._programs[last]
+                record.fun_name = fun_name
+                record.compile_seconds = seconds
+                record.cache_hit = cache_hit
+                self._mark_unsent(last)
+
+    # -- executable hook (user threads) ------------------------------------------------------
+    def on_executable(self, computation: Any, executable: Any) -> None:
+        try:
+            record = describe_executable(computation, executable)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("xmon: could not analyse a compiled program: %s", exc)
+            return
+        record.in_step = self._in_step()
+        with self._lock:
+            self.generation += 1
+            existing = self._programs.get(record.fingerprint)
+            if existing is not None:
+                record.in_step = record.in_step or existing.in_step
+            elif len(self._programs) >= MAX_PROGRAMS:
+                self.events_dropped += 1
+                return
+            self._programs[record.fingerprint] = record
+            self._mark_unsent(record.fingerprint)
+        self._local.last_program = record.fingerprint
+
+    def _mark_unsent(self, fingerprint: str) -> None:
+        if fingerprint not in self._unsent:
+            self._unsent.append(fingerprint)
+
+    # -- reporting (agent thread) --------------------------------------------------------------
+    def stats(self) -> CompileStats:
+        with self._lock:
+            c = dict(self._counts)
+        return CompileStats(
+            compiles_total=int(c.get("compiles", 0)),
+            recompiles_total=int(c.get("recompiles", 0)),
+            backend_compile_seconds_total=c.get(BACKEND_COMPILE, 0.0),
+            trace_seconds_total=c.get(TRACE, 0.0),
+            lowering_seconds_total=c.get(LOWERING, 0.0),
+            cache_requests_total=int(c.get(CACHE_REQUESTS, 0)),
+            cache_hits_total=int(c.get(CACHE_HITS, 0)),
+            cache_misses_total=int(c.get(CACHE_MISSES, 0)),
+        )
+
+    def take_events(self) -> list[CompileEvent]:
+        with self._lock:
+            events = list(self._pending_events)
+            self._pending_events.clear()
+        return events
+
+    def unsent_programs(self) -> list[ProgramRecord]:
+        """Programs the daemon has not acknowledged; call mark_sent() once delivered."""
+        with self._lock:
+            return [self._programs[f] for f in self._unsent if f in self._programs]
+
+    def mark_sent(self, fingerprints: list[str]) -> None:
+        with self._lock:
+            sent = set(fingerprints)
+            self._unsent = [f for f in self._unsent if f not in sent]
+
+    def resend_all(self) -> None:
+        """After a reconnect the daemon may be a new process: send the whole catalogue."""
+        with self._lock:
+            self._unsent = list(self._programs)
+
+    def programs(self) -> list[ProgramRecord]:
+        with self._lock:
+            return list(self._programs.values())
+
+    def program_by_name(self, name: str) -> ProgramRecord | None:
+        with self._lock:
+            matches = [p for p in self._programs.values() if p.name == name]
+        return max(matches, key=lambda p: p.compiled_at) if matches else None
+
+
+class CompileHooks:
+    """Installs and removes the listeners and the executable hook for one recorder."""
+
+    def __init__(self, recorder: CompileRecorder) -> None:
+        self._recorder = recorder
+        self._original: Callable[..., Any] | None = None
+        self._wrapper: Callable[..., Any] | None = None
+        self.executable_hook_installed = False
+
+    def install(self) -> None:
+        import jax.monitoring as monitoring
+
+        monitoring.register_event_listener(self._recorder.on_event)
+        monitoring.register_event_duration_secs_listener(self._recorder.on_duration)
+        self._install_executable_hook()
+
+    def _install_executable_hook(self) -> None:
+        try:
+            from jax._src import compiler
+        except ImportError:
+            log.warning("xmon: jax._src.compiler not found; programs will not be catalogued")
+            return
+        original = getattr(compiler, "compile_or_get_cached", None)
+        if original is None:
+            log.warning("xmon: this jax has no compile_or_get_cached; no program catalogue")
+            return
+        recorder = self._recorder
+
+        def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+            executable = original(*args, **kwargs)
+            computation = args[1] if len(args) > 1 else kwargs.get("computation")
+            recorder.on_executable(computation, executable)
+            return executable
+
+        compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
+        compiler.compile_or_get_cached = compile_or_get_cached
+        self._original, self._wrapper = original, compile_or_get_cached
+        self.executable_hook_installed = True
+
+    def uninstall(self) -> None:
+        import jax.monitoring as monitoring
+
+        for name, callback in (
+            ("unregister_event_listener", self._recorder.on_event),
+            ("unregister_event_duration_listener", self._recorder.on_duration),
+        ):
+            unregister = getattr(monitoring, name, None)
+            try:
+                if unregister is not None:
+                    unregister(callback)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        if self._original is not None:
+            from jax._src import compiler
+
+            # Only restore if nobody wrapped it after us; otherwise leave the chain intact.
+            if compiler.compile_or_get_cached is self._wrapper:
+                compiler.compile_or_get_cached = self._original
+        self.executable_hook_installed = False

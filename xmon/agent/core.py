@@ -1,0 +1,257 @@
+"""The in-job agent: samples, records and reports from one background thread."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from xmon import __version__, paths
+from xmon.agent import memory
+from xmon.agent.commands import CommandRunner
+from xmon.agent.compiles import CompileHooks, CompileRecorder
+from xmon.agent.programs import ProgramRecord
+from xmon.agent.steps import StepAnnotationHook, StepTimer
+from xmon.agent.transport import Outgoing, Transport
+from xmon.proto import xmon_pb2
+
+log = logging.getLogger("xmon.agent")
+
+
+def default_job_name(argv: list[str], env: Mapping[str, str]) -> str:
+    if env.get("XMON_JOB_NAME"):
+        return env["XMON_JOB_NAME"]
+    for arg in argv:
+        base = os.path.basename(arg)
+        if base and not base.startswith("-") and base not in ("python", "python3", "-m", "-c"):
+            return base.removesuffix(".py") or "python"
+    return "python"
+
+
+class Agent:
+    def __init__(
+        self,
+        job_name: str | None = None,
+        period: float = 1.0,
+        socket_path: Path | None = None,
+        step_annotations: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        if not 0.01 <= period <= 3600:
+            raise ValueError(f"xmon.attach: period must be between 0.01 and 3600 s, got {period}")
+        self.job_name = job_name or default_job_name(sys.argv, env)
+        self.period = period
+        self.socket_path = socket_path or paths.default_socket_path(env)
+        self.started_at = time.time()
+        self.steps = StepTimer()
+        self.compiles = CompileRecorder(in_step=self.steps.in_step)
+        self._hooks = CompileHooks(self.compiles)
+        self._annotations = StepAnnotationHook(self.steps) if step_annotations else None
+        self._commands = CommandRunner(self._send_result)
+        self.transport = Transport(
+            paths.grpc_target(self.socket_path), self._hello, self._commands.submit
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+        self._devices: list[Any] = []
+        self._device_infos: list[xmon_pb2.DeviceInfo] = []
+        self.overhead_seconds = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._hooks.install()
+        if self._annotations is not None:
+            self._annotations.install()
+        self.transport.start()
+        self._thread = threading.Thread(target=self._loop, name="xmon-agent", daemon=True)
+        self._thread.start()
+
+    def stop(self, flush_timeout: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.period + 1.0)
+        if self.transport.connected:
+            self._report_once()  # the last steps and compiles of the job
+            self.transport.flush(flush_timeout)
+        self.transport.stop()
+        self._commands.stop()
+        if self._annotations is not None:
+            self._annotations.uninstall()
+        self._hooks.uninstall()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period):
+            self._report_once()
+
+    def _report_once(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._refresh_devices()
+            message, fingerprints = self.build_report()
+            self.transport.offer(Outgoing(message, lambda: self.compiles.mark_sent(fingerprints)))
+        except Exception as exc:  # noqa: BLE001 - never let the agent thread die
+            log.debug("xmon: report failed: %r", exc)
+        self.overhead_seconds += time.perf_counter() - started
+
+    # -- building messages -------------------------------------------------------------------
+    def _refresh_devices(self) -> None:
+        if self._devices or not memory.backends_ready():
+            return
+        self._devices = memory.local_devices()
+        self._device_infos = [_device_proto(memory.device_info(d)) for d in self._devices]
+
+    def _hello(self) -> xmon_pb2.AgentMessage:
+        import jax
+        import jaxlib
+
+        self.compiles.resend_all()  # a (re)connected daemon may know nothing of us
+        hello = xmon_pb2.AgentHello(
+            protocol_version=xmon_pb2.PROTOCOL_VERSION,
+            job_name=self.job_name,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+            platform=self._platform(),
+            jax_version=jax.__version__,
+            jaxlib_version=getattr(jaxlib, "__version__", ""),
+            process_index=_process_index() if self._devices else 0,
+            process_count=_process_count() if self._devices else 1,
+            argv=sys.argv[:32],
+            started_at=self.started_at,
+            devices=self._device_infos,
+            agent_version=__version__,
+        )
+        return xmon_pb2.AgentMessage(hello=hello)
+
+    def _platform(self) -> str:
+        return self._devices[0].platform if self._devices else ""
+
+    def build_report(self) -> tuple[xmon_pb2.AgentMessage, list[str]]:
+        self._seq += 1
+        programs = self.compiles.unsent_programs()
+        stats = self.compiles.stats()
+        report = xmon_pb2.AgentReport(
+            seq=self._seq,
+            wall_time=time.time(),
+            memory=self._memory_samples(),
+            compile=xmon_pb2.CompileCounters(
+                compiles_total=stats.compiles_total,
+                recompiles_total=stats.recompiles_total,
+                backend_compile_seconds_total=stats.backend_compile_seconds_total,
+                trace_seconds_total=stats.trace_seconds_total,
+                lowering_seconds_total=stats.lowering_seconds_total,
+                cache_requests_total=stats.cache_requests_total,
+                cache_hits_total=stats.cache_hits_total,
+                cache_misses_total=stats.cache_misses_total,
+            ),
+            compile_events=[
+                xmon_pb2.CompileEvent(
+                    fun_name=e.fun_name,
+                    duration_seconds=e.duration_seconds,
+                    wall_time=e.wall_time,
+                    cache_hit=e.cache_hit,
+                )
+                for e in self.compiles.take_events()
+            ],
+            programs=[_program_proto(p) for p in programs],
+            steps=self._step_counters(),
+            agent=self._agent_counters(),
+            devices=self._device_infos,
+            platform=self._platform(),
+        )
+        return xmon_pb2.AgentMessage(report=report), [p.fingerprint for p in programs]
+
+    def _memory_samples(self) -> list[xmon_pb2.DeviceMemorySample]:
+        if not self._devices:
+            return []
+        samples = []
+        fallback: dict[int, int] | None = None
+        for device in self._devices:
+            stats = memory.memory_stats(device)
+            sample = xmon_pb2.DeviceMemorySample(device_id=int(device.id), stats=stats or {})
+            if stats is None:
+                if fallback is None:
+                    fallback = memory.live_array_bytes(self._devices)
+                sample.live_array_bytes = fallback.get(int(device.id), 0)
+            samples.append(sample)
+        return samples
+
+    def _step_counters(self) -> xmon_pb2.StepCounters:
+        counters = xmon_pb2.StepCounters(
+            steps_total=self.steps.steps_total,
+            step_seconds_total=self.steps.step_seconds_total,
+            recent_step_seconds=self.steps.take_recent(),
+        )
+        if self.steps.declared_flops_per_step is not None:
+            counters.flops_per_step = self.steps.declared_flops_per_step
+        if self.steps.declared_bytes_per_step is not None:
+            counters.bytes_per_step = self.steps.declared_bytes_per_step
+        return counters
+
+    def _agent_counters(self) -> xmon_pb2.AgentCounters:
+        c = self.transport.counters
+        return xmon_pb2.AgentCounters(
+            reports_sent_total=c.reports_sent,
+            reports_dropped_total=c.reports_dropped,
+            events_dropped_total=self.compiles.events_dropped,
+            reconnects_total=c.reconnects,
+            overhead_seconds_total=self.overhead_seconds,
+        )
+
+    def _send_result(self, result: xmon_pb2.CommandResult) -> None:
+        self.transport.offer(Outgoing(xmon_pb2.AgentMessage(result=result)))
+
+
+def _process_index() -> int:
+    import jax
+
+    return int(jax.process_index())
+
+
+def _process_count() -> int:
+    import jax
+
+    return int(jax.process_count())
+
+
+def _device_proto(info: Any) -> xmon_pb2.DeviceInfo:
+    proto = xmon_pb2.DeviceInfo(
+        id=info.id,
+        platform=info.platform,
+        device_kind=info.device_kind,
+        process_index=info.process_index,
+        coords=list(info.coords or ()),
+    )
+    for name in ("local_hardware_id", "core_on_chip", "slice_index"):
+        value = getattr(info, name)
+        if value is not None:
+            setattr(proto, name, value)
+    return proto
+
+
+def _program_proto(record: ProgramRecord) -> xmon_pb2.ProgramInfo:
+    proto = xmon_pb2.ProgramInfo(
+        fingerprint=record.fingerprint,
+        name=record.name,
+        fun_name=record.fun_name,
+        num_devices=record.num_devices,
+        compiled_at=record.compiled_at,
+        cache_hit=record.cache_hit,
+        in_step=record.in_step,
+    )
+    for name in (
+        "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed",
+        "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
+        "peak_memory_bytes", "compile_seconds",
+    ):  # fmt: skip
+        value = getattr(record, name)
+        if value is not None:
+            setattr(proto, name, value)
+    return proto

@@ -1,0 +1,96 @@
+"""Per-device facts and PJRT allocator stats, read from the agent's own thread.
+
+``Device.memory_stats()`` is a cheap host-side call into the PJRT client: it reads allocator
+counters and never synchronises the device. Where it returns None (the CPU backend), the bytes
+of live ``jax.Array`` buffers per device stand in for "bytes in use".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xmon.model import DeviceInfo
+
+
+def backends_ready() -> bool:
+    """True once the user's code has initialised a JAX backend.
+
+    The agent never initialises one itself: doing so at attach time would lock TPU chips early
+    and break ``jax.distributed.initialize()``, which must run before any backend exists.
+    """
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # noqa: BLE001 - older jax: assume ready once something compiled
+        return True
+
+
+def local_devices() -> list[Any]:
+    import jax
+
+    return list(jax.local_devices())
+
+
+def _optional_int(device: Any, attribute: str) -> int | None:
+    try:
+        value = getattr(device, attribute)
+    except Exception:  # noqa: BLE001 - attribute raises on backends without it
+        return None
+    return int(value) if isinstance(value, int) else None
+
+
+def device_info(device: Any) -> DeviceInfo:
+    try:
+        coords = tuple(int(c) for c in device.coords)
+    except Exception:  # noqa: BLE001 - CPU devices have no coords
+        coords = None
+    return DeviceInfo(
+        id=int(device.id),
+        platform=str(device.platform),
+        device_kind=str(device.device_kind),
+        process_index=int(getattr(device, "process_index", 0)),
+        local_hardware_id=_optional_int(device, "local_hardware_id"),
+        coords=coords,
+        core_on_chip=_optional_int(device, "core_on_chip"),
+        slice_index=_optional_int(device, "slice_index"),
+    )
+
+
+def memory_stats(device: Any) -> dict[str, int] | None:
+    """All integer keys PJRT reports; None where the backend has no allocator stats."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001
+        return None
+    if not stats:
+        return None
+    # Some PJRT plugins report -1 for fields they do not fill: that is "unknown", not a value.
+    return {str(k): int(v) for k, v in stats.items() if isinstance(v, int | float) and v >= 0}
+
+
+def live_array_bytes(devices: Sequence[Any]) -> dict[int, int]:
+    """Bytes of live jax.Arrays per device id (the CPU fallback for bytes_in_use)."""
+    import jax
+
+    totals = {int(d.id): 0 for d in devices}
+    for array in jax.live_arrays():
+        try:
+            on = array.devices()
+            if len(on) == 1:
+                device_id = int(next(iter(on)).id)
+                if device_id in totals:
+                    totals[device_id] += int(array.nbytes)
+                continue
+            shards = array.addressable_shards
+        except Exception:  # noqa: BLE001 - deleted concurrently
+            continue
+        for shard in shards:
+            try:
+                device_id = int(shard.device.id)
+                if device_id in totals:
+                    totals[device_id] += int(shard.data.nbytes)
+            except Exception:  # noqa: BLE001
+                continue
+    return totals

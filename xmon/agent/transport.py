@@ -1,0 +1,198 @@
+"""The agent's connection to the daemon: one gRPC stream, a bounded queue, reconnect forever.
+
+The job must never wait for xmon. Reports are offered without blocking; when the daemon is
+absent, restarting or not reading, reports are dropped and counted (all counters in a report
+are cumulative, so a dropped report loses detail, not totals). The stream runs on its own
+threads and reconnects with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+log = logging.getLogger("xmon.agent")
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Outgoing:
+    message: xmon_pb2.AgentMessage
+    on_sent: Callable[[], None] | None = None
+
+
+@dataclass
+class TransportCounters:
+    reports_sent: int = 0
+    reports_dropped: int = 0
+    reconnects: int = 0
+    connects: int = 0
+    last_error: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+
+class Transport:
+    def __init__(
+        self,
+        target: str,
+        hello: Callable[[], xmon_pb2.AgentMessage],
+        on_command: Callable[[xmon_pb2.DaemonCommand], None],
+        max_queue: int = 16,
+        backoff: tuple[float, float] = (0.2, 5.0),
+    ) -> None:
+        self._target = target
+        self._hello = hello
+        self._on_command = on_command
+        self._queue: queue.Queue[Outgoing | None] = queue.Queue(maxsize=max_queue)
+        self._backoff = backoff
+        self._stop = threading.Event()
+        self._connected = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._call: grpc.Future | None = None
+        self.counters = TransportCounters()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="xmon-transport", daemon=True)
+        self._thread.start()
+
+    def offer(self, item: Outgoing) -> bool:
+        """Queue a message for the daemon without ever blocking; False if it was dropped."""
+        if not self._connected.is_set():
+            self.counters.add("reports_dropped")
+            return False
+        try:
+            self._queue.put_nowait(item)
+            return True
+        except queue.Full:
+            pass
+        try:  # the daemon is not keeping up: the newest report is worth more than the oldest
+            self._queue.get_nowait()
+            self.counters.add("reports_dropped")
+        except queue.Empty:
+            pass
+        try:
+            self._queue.put_nowait(item)
+            return True
+        except queue.Full:
+            self.counters.add("reports_dropped")
+            return False
+
+    def flush(self, timeout: float) -> bool:
+        """Wait (bounded) until queued messages were handed to gRPC."""
+        deadline = threading.Event()
+        step = 0.01
+        waited = 0.0
+        while self._connected.is_set() and not self._queue.empty() and waited < timeout:
+            deadline.wait(step)
+            waited += step
+        return self._queue.empty()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stop.set()
+        self._wake_request_iterator()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- stream thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        delay = self._backoff[0]
+        while not self._stop.is_set():
+            connected_before = self.counters.connects
+            self._run_one_stream()
+            if self.counters.connects > connected_before:
+                delay = self._backoff[0]  # it worked for a while: retry fast
+            if self._stop.wait(delay):
+                break
+            delay = min(delay * 2, self._backoff[1])
+
+    def _run_one_stream(self) -> None:
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ]
+        channel = grpc.insecure_channel(self._target, options=options)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1.0)
+            stub = xmon_pb2_grpc.IngestStub(channel)
+            call = stub.Connect(self._requests())
+            self._call = call
+            for message in call:
+                self._handle(message)
+        except grpc.FutureTimeoutError:
+            self.counters.last_error = "daemon not reachable"
+        except grpc.RpcError as exc:
+            self.counters.last_error = f"{exc.code().name}: {exc.details()}"
+        except Exception as exc:  # noqa: BLE001 - the job must never see this
+            self.counters.last_error = repr(exc)
+        finally:
+            self._disconnect()
+            channel.close()
+
+    def _handle(self, message: xmon_pb2.DaemonMessage) -> None:
+        kind = message.WhichOneof("kind")
+        if kind == "welcome":
+            if self.counters.connects:
+                self.counters.add("reconnects")
+            self.counters.add("connects")
+            self._connected.set()
+            log.debug("xmon: connected to daemon %s", message.welcome.daemon_version)
+        elif kind == "command":
+            self._on_command(message.command)
+
+    def _disconnect(self) -> None:
+        was_connected = self._connected.is_set()
+        self._connected.clear()
+        self._call = None
+        dropped = 0
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    dropped += 1
+            except queue.Empty:
+                break
+        if dropped:
+            self.counters.add("reports_dropped", dropped)
+        if was_connected:
+            log.debug("xmon: lost the daemon (%s); reconnecting", self.counters.last_error)
+
+    def _wake_request_iterator(self) -> None:
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+
+    def _requests(self) -> Iterator[xmon_pb2.AgentMessage]:
+        yield self._hello()
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.25)
+            except queue.Empty:
+                if self._call is not None and not self._call.is_active():
+                    return
+                continue
+            if item is None:
+                return
+            yield item.message
+            if item.message.HasField("report"):
+                self.counters.add("reports_sent")
+            if item.on_sent is not None:
+                item.on_sent()

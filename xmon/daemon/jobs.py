@@ -1,0 +1,281 @@
+"""What the daemon knows about each attached job, and how it becomes a ``model.Job``.
+
+Agents send cumulative counters plus what is new since their last report; this module keeps
+the per-job state between reports and turns it into the snapshot model, computing the derived
+numbers (step percentiles, MFU, bandwidth utilisation, fragmentation) with xmon.derived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from xmon import derived
+from xmon.model import (
+    AgentHealth,
+    CompileEvent,
+    CompileStats,
+    DeviceInfo,
+    DeviceMemory,
+    Job,
+    JobDevice,
+    ProcessSample,
+    Program,
+    StepStats,
+    Utilization,
+)
+from xmon.peaks import PeakTable
+from xmon.proto import xmon_pb2
+
+STEP_WINDOW = 256  # step durations kept for percentiles
+THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
+RECENT_COMPILES = 32
+MAX_PROGRAMS_PER_JOB = 4096
+MAX_LABEL_CHARS = 128
+
+_MEMORY_KEYS = (
+    "bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved",
+    "peak_bytes_reserved", "bytes_reservable_limit", "largest_free_block_bytes",
+    "largest_alloc_size", "num_allocs", "pool_bytes", "peak_pool_bytes",
+)  # fmt: skip
+_PROGRAM_OPTIONAL = (
+    "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed",
+    "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
+    "peak_memory_bytes", "compile_seconds",
+)  # fmt: skip
+
+
+def clean_label(value: str) -> str:
+    """Client-supplied names become label values and paths: bound them, drop control chars."""
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value)
+    return cleaned[:MAX_LABEL_CHARS] or "unnamed"
+
+
+@dataclass
+class JobState:
+    hello: xmon_pb2.AgentHello
+    connected_at: float
+    last_report_at: float = 0.0
+    last_report_monotonic: float = 0.0
+    report: xmon_pb2.AgentReport | None = None
+    devices: dict[int, DeviceInfo] = field(default_factory=dict)
+    programs: dict[str, Program] = field(default_factory=dict)
+    steps_window: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_WINDOW))
+    compile_events: deque[CompileEvent] = field(
+        default_factory=lambda: deque(maxlen=RECENT_COMPILES)
+    )
+    steps_changed_monotonic: float = 0.0
+    platform: str = ""
+
+    @property
+    def pid(self) -> int:
+        return int(self.hello.pid)
+
+    @property
+    def job_name(self) -> str:
+        return clean_label(self.hello.job_name)
+
+    def apply(self, report: xmon_pb2.AgentReport, now_wall: float, now_monotonic: float) -> None:
+        previous_steps = self.report.steps.steps_total if self.report is not None else 0
+        self.report = report
+        self.last_report_at = now_wall
+        self.last_report_monotonic = now_monotonic
+        if report.platform:
+            self.platform = report.platform
+        for info in report.devices:
+            self.devices[info.id] = device_info_from_proto(info)
+        if report.steps.steps_total != previous_steps or not self.steps_changed_monotonic:
+            self.steps_changed_monotonic = now_monotonic
+        self.steps_window.extend(report.steps.recent_step_seconds)
+        for event in report.compile_events:
+            self.compile_events.append(
+                CompileEvent(
+                    fun_name=clean_label(event.fun_name),
+                    duration_seconds=event.duration_seconds,
+                    wall_time=event.wall_time,
+                    cache_hit=event.cache_hit,
+                )
+            )
+        for program in report.programs:
+            if program.fingerprint in self.programs or len(self.programs) < MAX_PROGRAMS_PER_JOB:
+                self.programs[program.fingerprint] = program_from_proto(program)
+
+
+def device_info_from_proto(info: xmon_pb2.DeviceInfo) -> DeviceInfo:
+    return DeviceInfo(
+        id=info.id,
+        platform=info.platform,
+        device_kind=clean_label(info.device_kind),
+        process_index=info.process_index,
+        local_hardware_id=info.local_hardware_id if info.HasField("local_hardware_id") else None,
+        coords=tuple(info.coords) or None,
+        core_on_chip=info.core_on_chip if info.HasField("core_on_chip") else None,
+        slice_index=info.slice_index if info.HasField("slice_index") else None,
+    )
+
+
+def program_from_proto(p: xmon_pb2.ProgramInfo) -> Program:
+    optional = {name: getattr(p, name) if p.HasField(name) else None for name in _PROGRAM_OPTIONAL}
+    return Program(
+        fingerprint=clean_label(p.fingerprint),
+        name=clean_label(p.name),
+        fun_name=clean_label(p.fun_name) if p.fun_name else None,
+        num_devices=max(1, p.num_devices),
+        compiled_at=p.compiled_at or None,
+        cache_hit=p.cache_hit,
+        in_step=p.in_step,
+        **optional,
+    )
+
+
+def device_memory(sample: xmon_pb2.DeviceMemorySample) -> DeviceMemory:
+    stats = dict(sample.stats)
+    known = {key: stats.pop(key) for key in _MEMORY_KEYS if key in stats}
+    memory = DeviceMemory(
+        live_array_bytes=sample.live_array_bytes if sample.HasField("live_array_bytes") else None,
+        extra=stats,
+        **known,
+    )
+    fragmentation = derived.fragmentation_ratio(
+        memory.bytes_limit, memory.bytes_in_use, memory.largest_free_block_bytes
+    )
+    return dataclasses.replace(memory, fragmentation_ratio=fragmentation)
+
+
+class JobBuilder:
+    """Turns a JobState into the snapshot's Job with every derived number filled in."""
+
+    def __init__(self, peaks: PeakTable, clock: Callable[[], float] = time.monotonic) -> None:
+        self._peaks = peaks
+        self._clock = clock
+
+    def build(self, state: JobState, process: ProcessSample | None) -> Job:
+        hello, report = state.hello, state.report
+        devices = self._devices(state)
+        programs = tuple(sorted(state.programs.values(), key=lambda p: p.compiled_at or 0.0))
+        steps = self._steps(state, programs)
+        return Job(
+            job_name=state.job_name,
+            pid=state.pid,
+            hostname=clean_label(hello.hostname),
+            platform=state.platform or hello.platform or "unknown",
+            jax_version=clean_label(hello.jax_version),
+            jaxlib_version=clean_label(hello.jaxlib_version),
+            process_index=hello.process_index,
+            process_count=max(1, hello.process_count),
+            argv=tuple(clean_label(a) for a in hello.argv[:32]),
+            started_at=hello.started_at,
+            last_report_at=state.last_report_at,
+            devices=devices,
+            compile=_compile_stats(report, tuple(state.compile_events)),
+            programs=programs,
+            steps=steps,
+            utilization=self._utilization(steps, devices, programs),
+            process=process,
+            agent=_agent_health(report),
+        )
+
+    def _devices(self, state: JobState) -> tuple[JobDevice, ...]:
+        samples = {s.device_id: s for s in state.report.memory} if state.report else {}
+        return tuple(
+            JobDevice(
+                info=info,
+                memory=device_memory(samples[device_id])
+                if device_id in samples
+                else DeviceMemory(),
+            )
+            for device_id, info in sorted(state.devices.items())
+        )
+
+    def _steps(self, state: JobState, programs: tuple[Program, ...]) -> StepStats:
+        counters = state.report.steps if state.report else xmon_pb2.StepCounters()
+        window = tuple(state.steps_window)
+        recent = window[-THROUGHPUT_WINDOW:]
+        rate = derived.steps_per_second(recent)
+        p50 = derived.percentile(window, 50)
+        if rate is not None and p50 is not None:
+            idle = self._clock() - state.steps_changed_monotonic
+            if idle > 5.0 + 10 * p50:
+                rate = 0.0  # the job stopped stepping: no throughput, not "unknown"
+        declared_flops = counters.flops_per_step if counters.HasField("flops_per_step") else None
+        declared_bytes = counters.bytes_per_step if counters.HasField("bytes_per_step") else None
+        return StepStats(
+            steps_total=counters.steps_total,
+            step_seconds_total=counters.step_seconds_total,
+            last_step_seconds=window[-1] if window else None,
+            p50_step_seconds=p50,
+            p90_step_seconds=derived.percentile(window, 90),
+            p99_step_seconds=derived.percentile(window, 99),
+            steps_per_second=rate,
+            flops_per_step=declared_flops
+            if declared_flops is not None
+            else derived.flops_per_step(programs),
+            bytes_per_step=declared_bytes
+            if declared_bytes is not None
+            else derived.bytes_per_step(programs),
+            window=window[-THROUGHPUT_WINDOW:],
+        )
+
+    def _utilization(
+        self, steps: StepStats, devices: tuple[JobDevice, ...], programs: tuple[Program, ...]
+    ) -> Utilization:
+        peak_flops = derived.sum_known(
+            _peak_field(self._peaks, d.info.device_kind, "flops_per_second") for d in devices
+        )
+        peak_bytes = derived.sum_known(
+            _peak_field(self._peaks, d.info.device_kind, "memory_bytes_per_second")
+            for d in devices
+        )
+        if not devices:
+            peak_flops = peak_bytes = None
+        flops_rate = derived.achieved_rate(steps.flops_per_step, steps.steps_per_second)
+        bytes_rate = derived.achieved_rate(steps.bytes_per_step, steps.steps_per_second)
+        return Utilization(
+            achieved_flops_per_second=flops_rate,
+            achieved_bytes_per_second=bytes_rate,
+            peak_flops_per_second=peak_flops,
+            peak_bytes_per_second=peak_bytes,
+            model_flops_utilization_ratio=derived.utilization_ratio(flops_rate, peak_flops),
+            memory_bandwidth_utilization_ratio=derived.utilization_ratio(bytes_rate, peak_bytes),
+            flops_lower_bound=derived.flops_lower_bound(programs),
+        )
+
+
+def _peak_field(peaks: PeakTable, device_kind: str, name: str) -> float | None:
+    peak = peaks.lookup(device_kind)
+    return None if peak is None else getattr(peak, name)
+
+
+def _compile_stats(
+    report: xmon_pb2.AgentReport | None, recent: tuple[CompileEvent, ...]
+) -> CompileStats:
+    if report is None:
+        return CompileStats(recent=recent)
+    c = report.compile
+    return CompileStats(
+        compiles_total=c.compiles_total,
+        recompiles_total=c.recompiles_total,
+        backend_compile_seconds_total=c.backend_compile_seconds_total,
+        trace_seconds_total=c.trace_seconds_total,
+        lowering_seconds_total=c.lowering_seconds_total,
+        cache_requests_total=c.cache_requests_total,
+        cache_hits_total=c.cache_hits_total,
+        cache_misses_total=c.cache_misses_total,
+        recent=recent,
+    )
+
+
+def _agent_health(report: xmon_pb2.AgentReport | None) -> AgentHealth:
+    if report is None:
+        return AgentHealth()
+    a = report.agent
+    return AgentHealth(
+        reports_sent_total=a.reports_sent_total,
+        reports_dropped_total=a.reports_dropped_total,
+        events_dropped_total=a.events_dropped_total,
+        reconnects_total=a.reconnects_total,
+        overhead_seconds_total=a.overhead_seconds_total,
+    )
