@@ -1,0 +1,293 @@
+"""The one table of xmon's Prometheus metric names.
+
+The exporter builds its families from this table (a name missing here is a bug it refuses to
+export), ``docs/metrics.md`` is generated from it (``python -m xmon.metrics > docs/metrics.md``),
+and dashboards and alert rules can be linted against it. Names are a contract: rename only with a
+changelog entry. Names are the exposed names, so counters end in ``_total`` and info metrics in
+``_info``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["gauge", "counter", "summary", "info"]
+
+JOB = ("job_name", "pid")
+JOB_DEVICE = (*JOB, "device", "device_kind", "platform")
+PROGRAM = (*JOB, "program", "fingerprint")
+DEVICE = ("device", "device_kind", "platform")
+COLLECTOR = ("collector",)
+
+LABEL_VALUE_MAX = 128  # label values from clients (job names, program names) are cut to this
+OTHER_PROGRAM = "_other"  # program label of the series that folds programs past the limit
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str  # exposed name, including _total / _info
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""  # base unit, "" when dimensionless or a count
+    source: str = ""  # the snapshot field it is read from (xmon.model)
+
+
+def _g(name: str, help: str, labels: tuple[str, ...], unit: str, source: str) -> MetricSpec:
+    return MetricSpec(name, "gauge", help, labels, unit, source)
+
+
+def _c(name: str, help: str, labels: tuple[str, ...], unit: str, source: str) -> MetricSpec:
+    return MetricSpec(name, "counter", help, labels, unit, source)
+
+
+def _i(name: str, help: str, labels: tuple[str, ...], source: str) -> MetricSpec:
+    return MetricSpec(name, "info", help, labels, "", source)
+
+
+# fmt: off
+# (the table reads best one spec per few lines; the formatter would explode it five-fold)
+_MEM = "Job.devices[].memory."
+_PROG = "Job.programs[]."
+_FOLD = f' Programs past the per-job limit are summed into program="{OTHER_PROGRAM}".'
+
+_JOB_METRICS = (
+    _i("xmon_job_info", "A JAX process with the xmon agent attached (always 1); its static facts.",
+       (*JOB, "hostname", "platform", "jax_version", "jaxlib_version", "process_index",
+        "process_count"), "Job"),
+    _g("xmon_job_start_time_seconds", "Unix time the agent attached to the job.",
+       JOB, "seconds", "Job.started_at"),
+    _i("xmon_job_device_info", "A PJRT device as the job sees it (always 1); jax.Device facts. "
+       "device is jax.Device.id; local_hardware_id joins with xmon_device_info's device.",
+       (*JOB_DEVICE, "process_index", "coords", "local_hardware_id", "core_on_chip",
+        "slice_index"), "Job.devices[].info"),
+    _g("xmon_job_device_memory_in_use_bytes", "PJRT allocator bytes in use "
+       "(Device.memory_stats()['bytes_in_use']); on CPU the sum of live jax.Array bytes.",
+       JOB_DEVICE, "bytes", _MEM + "in_use_bytes"),
+    _g("xmon_job_device_memory_peak_bytes", "Peak PJRT allocator bytes in use since the job "
+       "started (Device.memory_stats()['peak_bytes_in_use']).",
+       JOB_DEVICE, "bytes", _MEM + "peak_bytes_in_use"),
+    _g("xmon_job_device_memory_limit_bytes", "Bytes the PJRT allocator may use on the device "
+       "(Device.memory_stats()['bytes_limit']).", JOB_DEVICE, "bytes", _MEM + "bytes_limit"),
+    _g("xmon_job_device_memory_reserved_bytes", "Bytes reserved by the PJRT allocator "
+       "(Device.memory_stats()['bytes_reserved']).", JOB_DEVICE, "bytes", _MEM + "bytes_reserved"),
+    _g("xmon_job_device_memory_largest_free_block_bytes", "Largest free block of the PJRT "
+       "allocator (Device.memory_stats()['largest_free_block_bytes']).",
+       JOB_DEVICE, "bytes", _MEM + "largest_free_block_bytes"),
+    _g("xmon_job_device_memory_largest_alloc_bytes", "Largest single allocation seen "
+       "(Device.memory_stats()['largest_alloc_size']).",
+       JOB_DEVICE, "bytes", _MEM + "largest_alloc_size"),
+    _g("xmon_job_device_memory_pool_bytes", "Bytes held in the PJRT allocator's pool "
+       "(Device.memory_stats()['pool_bytes']).", JOB_DEVICE, "bytes", _MEM + "pool_bytes"),
+    _c("xmon_job_device_allocations_total", "Allocations made by the PJRT allocator "
+       "(Device.memory_stats()['num_allocs'], which only grows).",
+       JOB_DEVICE, "", _MEM + "num_allocs"),
+    _g("xmon_job_device_memory_fragmentation_ratio", "Fragmentation of the PJRT allocator's free "
+       "memory (xmon.derived.fragmentation_ratio; 0 when it is one contiguous block).",
+       JOB_DEVICE, "ratio", _MEM + "fragmentation_ratio"),
+    _c("xmon_job_compiles_total", "XLA backend compiles (jax.monitoring "
+       "/jax/core/compile/backend_compile_duration events).",
+       JOB, "", "Job.compile.compiles_total"),
+    _c("xmon_job_recompiles_total", "Compiles of a function compiled before (new shapes, dtypes "
+       "or static arguments).", JOB, "", "Job.compile.recompiles_total"),
+    _c("xmon_job_compile_seconds_total", "Seconds spent compiling, by phase: trace "
+       "(jaxpr_trace_duration), lowering (jaxpr_to_mlir_module_duration), backend "
+       "(backend_compile_duration).", (*JOB, "phase"), "seconds", "Job.compile.*_seconds_total"),
+    _c("xmon_job_compilation_cache_requests_total", "Compiles that consulted the persistent "
+       "compilation cache (/jax/compilation_cache/compile_requests_use_cache).",
+       JOB, "", "Job.compile.cache_requests_total"),
+    _c("xmon_job_compilation_cache_hits_total", "Persistent compilation cache hits "
+       "(/jax/compilation_cache/cache_hits).", JOB, "", "Job.compile.cache_hits_total"),
+    _c("xmon_job_compilation_cache_misses_total", "Persistent compilation cache misses that "
+       "wrote an entry (/jax/compilation_cache/cache_misses).",
+       JOB, "", "Job.compile.cache_misses_total"),
+    _g("xmon_job_programs", "Compiled XLA programs the job has reported (before the per-job "
+       "series limit).", JOB, "", "len(Job.programs)"),
+    _g("xmon_job_program_flops", "FLOPs of one execution per device (XLA cost analysis plus GEMM "
+       "custom-calls it omits)." + _FOLD, PROGRAM, "", _PROG + "flops"),
+    _g("xmon_job_program_bytes_accessed", "Bytes accessed by one execution per device (XLA "
+       "cost analysis 'bytes accessed')." + _FOLD, PROGRAM, "bytes", _PROG + "bytes_accessed"),
+    _g("xmon_job_program_transcendentals", "Transcendental operations of one execution per "
+       "device (XLA cost analysis)." + _FOLD, PROGRAM, "", _PROG + "transcendentals"),
+    _g("xmon_job_program_argument_bytes", "Argument buffer bytes (XLA compiled memory stats)."
+       + _FOLD, PROGRAM, "bytes", _PROG + "argument_bytes"),
+    _g("xmon_job_program_output_bytes", "Output buffer bytes (XLA compiled memory stats)."
+       + _FOLD, PROGRAM, "bytes", _PROG + "output_bytes"),
+    _g("xmon_job_program_temp_bytes", "Temporary buffer bytes (XLA compiled memory stats)."
+       + _FOLD, PROGRAM, "bytes", _PROG + "temp_bytes"),
+    _g("xmon_job_program_generated_code_bytes", "Generated code bytes (XLA compiled memory "
+       "stats)." + _FOLD, PROGRAM, "bytes", _PROG + "generated_code_bytes"),
+    _g("xmon_job_program_peak_memory_bytes", "Peak device memory of one execution (XLA "
+       f'compiled memory stats). For program="{OTHER_PROGRAM}" the largest folded peak.',
+       PROGRAM, "bytes", _PROG + "peak_memory_bytes"),
+    _g("xmon_job_program_compile_seconds", "Seconds the program took to compile." + _FOLD,
+       PROGRAM, "seconds", _PROG + "compile_seconds"),
+)
+
+_STEP_METRICS = (
+    _c("xmon_job_steps_total", "Training steps timed by xmon.step().",
+       JOB, "", "Job.steps.steps_total"),
+    MetricSpec("xmon_job_step_duration_seconds", "summary", "Step duration (interval between "
+               "consecutive step starts); quantiles over the agent's recent window.",
+               JOB, "seconds", "Job.steps.p50/p90/p99_step_seconds, step_seconds_total"),
+    _g("xmon_job_last_step_duration_seconds", "Duration of the last completed step.",
+       JOB, "seconds", "Job.steps.last_step_seconds"),
+    _g("xmon_job_steps_per_second", "Recent step rate.", JOB, "", "Job.steps.steps_per_second"),
+    _g("xmon_job_flops_per_step", "FLOPs of one step, all devices of the job together.",
+       JOB, "", "Job.steps.flops_per_step"),
+    _g("xmon_job_bytes_per_step", "Bytes accessed by one step, all devices together.",
+       JOB, "bytes", "Job.steps.bytes_per_step"),
+    _g("xmon_job_achieved_flops_per_second", "FLOPs per step times steps per second.",
+       JOB, "", "Job.utilization.achieved_flops_per_second"),
+    _g("xmon_job_achieved_bytes_per_second", "Bytes accessed per step times steps per second.",
+       JOB, "", "Job.utilization.achieved_bytes_per_second"),
+    _g("xmon_job_model_flops_utilization_ratio", "Achieved FLOP/s over the devices' peak FLOP/s "
+       "(absent for device kinds without a known peak).",
+       JOB, "ratio", "Job.utilization.model_flops_utilization_ratio"),
+    _g("xmon_job_memory_bandwidth_utilization_ratio", "Achieved bytes/s over the devices' peak "
+       "memory bandwidth.", JOB, "ratio", "Job.utilization.memory_bandwidth_utilization_ratio"),
+    _g("xmon_job_peak_flops_per_second", "Peak FLOP/s of the job's devices together (xmon's "
+       "peak table by device_kind).", JOB, "", "Job.utilization.peak_flops_per_second"),
+    _g("xmon_job_peak_memory_bandwidth_bytes_per_second", "Peak memory bandwidth of the job's "
+       "devices together (xmon's peak table).", JOB, "", "Job.utilization.peak_bytes_per_second"),
+)
+
+_PROCESS_METRICS = (
+    _c("xmon_job_process_cpu_seconds_total", "CPU seconds used by the job's process (psutil).",
+       JOB, "seconds", "Job.process.cpu_seconds_total"),
+    _g("xmon_job_process_resident_memory_bytes", "Resident memory of the job's process (psutil).",
+       JOB, "bytes", "Job.process.resident_memory_bytes"),
+    _g("xmon_job_process_cpu_utilization_ratio", "CPU use of the job's process in cores "
+       "(psutil; above 1 with several busy threads).",
+       JOB, "ratio", "Job.process.cpu_utilization_ratio"),
+    _g("xmon_job_process_threads", "Threads of the job's process (psutil).",
+       JOB, "", "Job.process.num_threads"),
+    _c("xmon_agent_reports_sent_total", "Reports the agent sent to the daemon.",
+       JOB, "", "Job.agent.reports_sent_total"),
+    _c("xmon_agent_reports_dropped_total", "Reports the agent dropped (daemon absent or slow).",
+       JOB, "", "Job.agent.reports_dropped_total"),
+    _c("xmon_agent_events_dropped_total", "Events the agent dropped from its bounded queue.",
+       JOB, "", "Job.agent.events_dropped_total"),
+    _c("xmon_agent_reconnects_total", "Times the agent reconnected to the daemon.",
+       JOB, "", "Job.agent.reconnects_total"),
+    _c("xmon_agent_overhead_seconds_total", "Seconds spent in the agent's own thread.",
+       JOB, "seconds", "Job.agent.overhead_seconds_total"),
+    _g("xmon_agent_last_report_timestamp_seconds", "Unix time of the job's last report.",
+       JOB, "seconds", "Job.last_report_at"),
+)
+
+_HW = "Snapshot.devices[].hardware."
+_DEVICE_METRICS = (
+    _i("xmon_device_info", "An accelerator found on this host by a hardware collector "
+       "(always 1). device is the collector's local index.",
+       (*DEVICE, "uuid", "pci_bus_id", "source"), "Snapshot.devices[]"),
+    _g("xmon_device_memory_used_bytes", "Device memory in use by all processes (NVML or "
+       "libtpu runtime metrics).", DEVICE, "bytes", _HW + "memory_used_bytes"),
+    _g("xmon_device_memory_total_bytes", "Device memory capacity (NVML or libtpu).",
+       DEVICE, "bytes", _HW + "memory_total_bytes"),
+    _g("xmon_device_utilization_ratio", "Fraction of time a kernel ran (NVML utilization.gpu).",
+       DEVICE, "ratio", _HW + "utilization_ratio"),
+    _g("xmon_device_duty_cycle_ratio", "Fraction of time the TensorCore was busy (libtpu "
+       "duty_cycle_pct / 100).", DEVICE, "ratio", _HW + "duty_cycle_ratio"),
+    _g("xmon_device_power_watts", "Power draw (NVML).", DEVICE, "watts", _HW + "power_watts"),
+    _g("xmon_device_temperature_celsius", "Temperature (NVML).",
+       DEVICE, "celsius", _HW + "temperature_celsius"),
+)
+
+_HOST_METRICS = (
+    _i("xmon_host_info", "This host (always 1).", ("hostname", "cpu_count"), "Snapshot.host"),
+    _g("xmon_host_cpu_utilization_ratio", "CPU use of the host, all cores together (psutil).",
+       (), "ratio", "Snapshot.host.cpu_utilization_ratio"),
+    _g("xmon_host_memory_total_bytes", "Host memory (psutil).",
+       (), "bytes", "Snapshot.host.memory_total_bytes"),
+    _g("xmon_host_memory_used_bytes", "Host memory in use (psutil).",
+       (), "bytes", "Snapshot.host.memory_used_bytes"),
+    _g("xmon_host_memory_available_bytes", "Host memory available without swapping (psutil).",
+       (), "bytes", "Snapshot.host.memory_available_bytes"),
+    _g("xmon_host_load1", "1-minute load average (os.getloadavg).",
+       (), "", "Snapshot.host.load_average_1m"),
+)
+
+_DAEMON_METRICS = (
+    _i("xmon_build_info", "The xmon daemon's build (always 1).",
+       ("version", "python_version", "schema_version"), "Snapshot.daemon.version"),
+    _g("xmon_up", "1 once the daemon has taken its first snapshot, 0 before.", (), "", "exporter"),
+    _g("xmon_daemon_start_time_seconds", "Unix time the daemon started.",
+       (), "seconds", "Snapshot.daemon.started_at"),
+    _g("xmon_snapshot_timestamp_seconds", "Unix time of the snapshot these metrics come from.",
+       (), "seconds", "Snapshot.wall_time"),
+    _g("xmon_agents_connected", "Agents connected to the daemon.",
+       (), "", "Snapshot.daemon.agents_connected"),
+    _c("xmon_daemon_reports_received_total", "Reports received from agents.",
+       (), "", "Snapshot.daemon.reports_received_total"),
+    _c("xmon_daemon_reports_rejected_total", "Reports rejected (malformed or wrong version).",
+       (), "", "Snapshot.daemon.reports_rejected_total"),
+    _c("xmon_daemon_agent_disconnects_total", "Agent streams that ended.",
+       (), "", "Snapshot.daemon.agents_disconnected_total"),
+    _g("xmon_collector_up", "1 if the collector's last run succeeded.",
+       COLLECTOR, "", "Snapshot.collectors[].up"),
+    _c("xmon_collector_errors_total", "Failed runs of the collector.",
+       COLLECTOR, "", "Snapshot.collectors[].errors_total"),
+    _g("xmon_collector_duration_seconds", "Duration of the collector's last run.",
+       COLLECTOR, "seconds", "Snapshot.collectors[].duration_seconds"),
+    _g("xmon_collector_present", "1 if the collector's hardware or service is on this host "
+       "(0 is not an error).", COLLECTOR, "", "Snapshot.collectors[].present"),
+)
+
+# fmt: on
+
+GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
+    ("Daemon and collectors", _DAEMON_METRICS),
+    ("Host", _HOST_METRICS),
+    ("Accelerators (hardware collectors)", _DEVICE_METRICS),
+    ("Jobs: devices, compiles, programs", _JOB_METRICS),
+    ("Jobs: steps and utilisation", _STEP_METRICS),
+    ("Jobs: process and agent transport", _PROCESS_METRICS),
+)
+METRICS: tuple[MetricSpec, ...] = tuple(spec for _, specs in GROUPS for spec in specs)
+SPEC_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
+
+_INTRO = f"""\
+# xmon metrics
+
+Generated from `xmon/metrics.py` by `python -m xmon.metrics > docs/metrics.md`; a test keeps the
+two equal. Metric names are a contract: a rename is a changelog entry.
+
+Conventions:
+
+- Names start with `xmon_`, use base units (`_bytes`, `_seconds`, `_ratio` for 0-1), counters
+  end in `_total`. Static facts are labels of `*_info` metrics whose value is always 1; join
+  them at query time, e.g. `xmon_job_device_memory_in_use_bytes * on(job_name, pid, device)
+  group_left(coords) xmon_job_device_info`.
+- No label carries the host: Prometheus adds `instance` (and `job`, which is why a JAX job's
+  name is `job_name`). Job series are keyed by `job_name` and `pid`; the series of a job that
+  has gone disappear with it.
+- A value xmon does not know (a stat the backend lacks, a job that has not stepped yet) is
+  absent, never 0.
+- Per-program series are capped per job (default 50): the programs with the most FLOPs
+  (times devices), then the longest compile, keep their own series; the rest are folded into
+  one series with `program="{OTHER_PROGRAM}"` (sums; the largest peak memory).
+- Label values taken from jobs (job and program names) are cut to {LABEL_VALUE_MAX} characters.
+"""
+
+
+def render_markdown() -> str:
+    """The reference page docs/metrics.md, one table per group."""
+    parts = [_INTRO]
+    for title, specs in GROUPS:
+        parts.append(
+            f"\n## {title}\n\n| name | type | labels | help | from |\n|---|---|---|---|---|\n"
+        )
+        parts.extend(_row(spec) for spec in specs)
+    return "".join(parts)
+
+
+def _row(spec: MetricSpec) -> str:
+    labels = ", ".join(f"`{label}`" for label in spec.labels) or "-"
+    cells = (f"`{spec.name}`", spec.type, labels, spec.help.replace("|", "\\|"), f"`{spec.source}`")
+    return "| " + " | ".join(cells) + " |\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")
