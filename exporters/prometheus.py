@@ -1,0 +1,277 @@
+"""Prometheus exporter: the latest snapshot as text exposition on a read-only HTTP endpoint.
+
+The daemon calls :meth:`MetricsEndpoint.update` with every snapshot. A snapshot is rendered at
+most once, on the first scrape that wants it, and every later scrape is served from those cached
+bytes (a gzip copy is likewise made once, on the first scrape that asks for gzip). Scrapes thus
+cost no rendering however many scrapers there are, and none sees a half-updated snapshot.
+
+    endpoint = MetricsEndpoint(program_limit=50)
+    endpoint.start("127.0.0.1", port)
+    endpoint.update(snapshot)  # every tick
+    endpoint.stop()
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client.core import Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+import xmon
+from xmon.model import Snapshot
+
+from .prometheus_families import DEFAULT_PROGRAM_LIMIT, bootstrap_families, snapshot_families
+
+__all__ = [
+    "CONTENT_TYPE",
+    "MetricsEndpoint",
+    "MetricsServerError",
+    "SnapshotCollector",
+    "snapshot_families",
+]
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_TEXT = "text/plain; charset=utf-8"
+_LANDING = b"""<!DOCTYPE html>
+<html><head><title>xmon</title></head>
+<body><h1>xmon</h1><p>PJRT device monitor for JAX jobs.</p>
+<p><a href="/metrics">Metrics</a></p></body></html>
+"""
+
+
+class MetricsServerError(RuntimeError):
+    """The /metrics HTTP server could not start."""
+
+
+class SnapshotCollector(Collector):
+    """A prometheus_client collector that yields the families of the latest snapshot."""
+
+    def __init__(
+        self, program_limit: int = DEFAULT_PROGRAM_LIMIT, snapshot: Snapshot | None = None
+    ) -> None:
+        self.program_limit = program_limit
+        self._snapshot = snapshot
+
+    def set_snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> list[Metric]:  # type: ignore[override]
+        snapshot = self._snapshot
+        if snapshot is None:
+            return bootstrap_families(xmon.__version__)
+        return snapshot_families(snapshot, self.program_limit)
+
+    def describe(self) -> list[Metric]:  # type: ignore[override]
+        return []  # registering must not collect
+
+
+class _Rendered:
+    """One snapshot's exposition and its gzip copy, each made at most once, on demand.
+
+    Rendering on the first scrape rather than on every update matters because the daemon
+    snapshots every second while Prometheus typically scrapes every 15-60 s."""
+
+    def __init__(self, collector: SnapshotCollector) -> None:
+        self._collector = collector
+        self._text: bytes | None = None
+        self._gzip: bytes | None = None
+        self._lock = threading.Lock()  # concurrent scrapes wait for one render
+
+    def text(self) -> bytes:
+        with self._lock:
+            if self._text is None:
+                self._text = generate_latest(self._collector)
+            return self._text
+
+    def gzipped(self) -> bytes:
+        text = self.text()
+        with self._lock:
+            if self._gzip is None:
+                # Level 1: ~20x cheaper than the default 9 for a body ~2.5x larger (notes 3.8).
+                self._gzip = gzip.compress(text, compresslevel=1)
+            return self._gzip
+
+
+class MetricsEndpoint:
+    """Serves the latest snapshot on ``GET /metrics``, rendered at most once per snapshot."""
+
+    def __init__(self, program_limit: int = DEFAULT_PROGRAM_LIMIT) -> None:
+        self.program_limit = program_limit
+        # For embedding (e.g. prometheus_client.write_to_textfile(path, endpoint.registry)).
+        # Private, so no process_*/python_* metrics of the daemon itself.
+        self.collector = SnapshotCollector(program_limit)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self._rendered = _Rendered(SnapshotCollector(program_limit))
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Publish ``snapshot``: O(1) here; the next scrape renders it, later ones reuse that."""
+        self.collector.set_snapshot(snapshot)
+        # Each snapshot gets its own collector, so a render in flight for an older one can
+        # never mix two snapshots.
+        self._rendered = _Rendered(SnapshotCollector(self.program_limit, snapshot))
+
+    def body(self, accept_gzip: bool = False) -> bytes:
+        """The exposition of the latest snapshot (gzip-compressed if asked)."""
+        rendered = self._rendered  # one read: text and gzip copy of the same snapshot
+        return rendered.gzipped() if accept_gzip else rendered.text()
+
+    def start(self, host: str, port: int) -> tuple[str, int]:
+        """Serve on ``host:port`` (port 0: any free port) from a daemon thread.
+
+        Returns the bound address. Raises MetricsServerError when it cannot listen."""
+        if self._server is not None:
+            raise MetricsServerError("the metrics server is already running")
+        self._server = _bind(host, port, self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.25},  # how long stop() may wait
+            name="xmon-metrics-http",
+            daemon=True,
+        )
+        self._thread.start()
+        return self.address
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._server is None:
+            raise MetricsServerError("the metrics server is not running")
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join()
+
+
+# --- HTTP ------------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], endpoint: MetricsEndpoint) -> None:
+        self.endpoint = endpoint
+        super().__init__(address, _Handler)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def _bind(host: str, port: int, endpoint: MetricsEndpoint) -> _Server:
+    server_class = _Server6 if ":" in host else _Server
+    try:
+        return server_class((host, port), endpoint)
+    except OSError as e:
+        raise MetricsServerError(_bind_error(host, port, e)) from e
+
+
+def _bind_error(host: str, port: int, error: OSError) -> str:
+    where = f"[{host}]:{port}" if ":" in host else f"{host or '0.0.0.0'}:{port}"
+    if error.errno == errno.EADDRINUSE:
+        reason = "address already in use (another xmon daemon? use --listen)"
+    elif error.errno == errno.EACCES:
+        reason = "permission denied (ports below 1024 need privileges)"
+    elif error.errno == errno.EADDRNOTAVAIL:
+        reason = "address not available on this host"
+    elif isinstance(error, socket.gaierror):
+        reason = f"cannot resolve host {host!r}"
+    else:
+        reason = (error.strerror or str(error)).lower()
+    return f"cannot listen on {where}: {reason}"
+
+
+def _accepts_gzip(header: str | None) -> bool:
+    for item in (header or "").split(","):
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() == "gzip":
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "xmon"
+    timeout = 10  # a stalled client must not hold a thread forever
+
+    def do_GET(self) -> None:
+        self._route(head=False)
+
+    def do_HEAD(self) -> None:
+        self._route(head=True)
+
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        # The base class answers unknown methods with 501 "not implemented"; this endpoint is
+        # read-only by design, so every method other than GET and HEAD is "not allowed".
+        if name.startswith("do_"):
+            return self._not_allowed
+        raise AttributeError(name)
+
+    def _not_allowed(self) -> None:
+        self.close_connection = True  # the request body, if any, is never read
+        self._send(405, b"method not allowed\n", _TEXT, headers={"Allow": "GET, HEAD"})
+
+    def _route(self, head: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._metrics(head)
+        elif path == "/":
+            self._send(200, _LANDING, "text/html; charset=utf-8", head)
+        elif path == "/-/healthy":
+            self._send(200, b"OK", _TEXT, head)
+        else:
+            self._send(404, b"not found\n", _TEXT, head)
+
+    def _metrics(self, head: bool) -> None:
+        gz = _accepts_gzip(self.headers.get("Accept-Encoding"))
+        try:
+            body = self.server.endpoint.body(accept_gzip=gz)
+        except Exception:  # a bug in rendering: fail this scrape (Prometheus' up = 0), keep serving
+            log.exception("rendering /metrics failed")
+            self._send(500, b"rendering metrics failed\n", _TEXT, head)
+            return
+        headers = {"Vary": "Accept-Encoding"} | ({"Content-Encoding": "gzip"} if gz else {})
+        self._send(200, body, CONTENT_TYPE, head, headers)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        head: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)  # no stderr line per scrape

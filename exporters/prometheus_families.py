@@ -1,0 +1,268 @@
+"""Snapshot -> Prometheus metric families: a pure function driven by :mod:`xmon.metrics`.
+
+Families are rebuilt from each snapshot, so the series of a job that has gone simply stop
+appearing (no stale gauges to remove). A ``None`` in the snapshot means "unknown here" and is
+left out, never written as 0.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
+
+from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME, MetricSpec
+from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, Snapshot
+
+from .prometheus_programs import PROGRAM_VALUES, rank_programs
+
+Number = int | float
+DEFAULT_PROGRAM_LIMIT = 50
+
+
+def label(value: object) -> str:
+    """A label value: text, cut so a client cannot blow up series size."""
+    return ("" if value is None else str(value))[:LABEL_VALUE_MAX]
+
+
+def new_family(spec: MetricSpec) -> Metric:
+    labels = list(spec.labels)
+    if spec.type == "counter":  # the family re-adds _total on exposition
+        return CounterMetricFamily(spec.name, spec.help, labels=labels)
+    if spec.type == "info":  # the family adds _info itself
+        return InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=labels)
+    if spec.type == "summary":
+        return SummaryMetricFamily(spec.name, spec.help, labels=labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=labels)
+
+
+class FamilyBuilder:
+    """Collects samples per metric name; only names in the METRICS table are accepted."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+        self._seen: set[tuple[str, tuple[str, ...]]] = set()
+
+    def _claim(self, name: str, labels: Sequence[object]) -> tuple[Metric, list[str]] | None:
+        spec = SPEC_BY_NAME[name]  # KeyError: a name that is not in the table
+        values = [label(v) for v in labels]
+        assert len(values) == len(spec.labels), (name, values)
+        key = (name, tuple(values))
+        if key in self._seen:  # a duplicate series would make Prometheus reject the scrape
+            return None
+        self._seen.add(key)
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = new_family(spec)
+        return family, values
+
+    def add(self, name: str, labels: Sequence[object], value: Number | bool | None) -> None:
+        if value is None:
+            return
+        claimed = self._claim(name, labels)
+        if claimed is not None:
+            claimed[0].add_metric(claimed[1], float(value))  # type: ignore[attr-defined]
+
+    def info(self, name: str, labels: Sequence[object]) -> None:
+        claimed = self._claim(name, labels)
+        if claimed is not None:
+            claimed[0].add_metric(claimed[1], {})  # type: ignore[attr-defined]
+
+    def summary(
+        self,
+        name: str,
+        labels: Sequence[object],
+        quantiles: Iterable[tuple[str, float | None]],
+        count: int,
+        total: float,
+    ) -> None:
+        claimed = self._claim(name, labels)
+        if claimed is None:
+            return
+        family, values = claimed
+        base = dict(zip(SPEC_BY_NAME[name].labels, values, strict=True))
+        for quantile, value in quantiles:
+            if value is not None:
+                family.add_sample(family.name, {**base, "quantile": quantile}, float(value))
+        family.add_metric(values, count, float(total))  # type: ignore[attr-defined]
+
+    def families(self) -> list[Metric]:
+        """In table order, so the exposition is stable from scrape to scrape."""
+        return [self._families[s.name] for s in METRICS if s.name in self._families]
+
+
+def self_families(version: str, schema_version: int, up: bool) -> FamilyBuilder:
+    b = FamilyBuilder()
+    b.info("xmon_build_info", (version, platform.python_version(), schema_version))
+    b.add("xmon_up", (), 1 if up else 0)
+    return b
+
+
+def bootstrap_families(version: str) -> list[Metric]:
+    """What /metrics shows before the first snapshot: the daemon is there, no data yet."""
+    return self_families(version, SCHEMA_VERSION, up=False).families()
+
+
+def snapshot_families(
+    snapshot: Snapshot, program_limit: int = DEFAULT_PROGRAM_LIMIT
+) -> list[Metric]:
+    """All metric families of one snapshot, each named and described by xmon.metrics."""
+    b = self_families(snapshot.daemon.version, snapshot.schema_version, up=True)
+    _daemon(b, snapshot)
+    _host(b, snapshot)
+    for device in snapshot.devices:
+        _device(b, device)
+    for job in snapshot.jobs:
+        _job(b, job, program_limit)
+    return b.families()
+
+
+def _daemon(b: FamilyBuilder, s: Snapshot) -> None:
+    d = s.daemon
+    b.add("xmon_daemon_start_time_seconds", (), d.started_at or None)
+    b.add("xmon_snapshot_timestamp_seconds", (), s.wall_time)
+    b.add("xmon_agents_connected", (), d.agents_connected)
+    b.add("xmon_daemon_reports_received_total", (), d.reports_received_total)
+    b.add("xmon_daemon_reports_rejected_total", (), d.reports_rejected_total)
+    b.add("xmon_daemon_agent_disconnects_total", (), d.agents_disconnected_total)
+    for c in s.collectors:
+        b.add("xmon_collector_up", (c.name,), c.up)
+        b.add("xmon_collector_errors_total", (c.name,), c.errors_total)
+        b.add("xmon_collector_duration_seconds", (c.name,), c.duration_seconds)
+        b.add("xmon_collector_present", (c.name,), c.present)
+
+
+def _host(b: FamilyBuilder, s: Snapshot) -> None:
+    h = s.host
+    if h is None:
+        return
+    b.info("xmon_host_info", (h.hostname, h.cpu_count))
+    b.add("xmon_host_cpu_utilization_ratio", (), h.cpu_utilization_ratio)
+    b.add("xmon_host_memory_total_bytes", (), h.memory_total_bytes)
+    b.add("xmon_host_memory_used_bytes", (), h.memory_used_bytes)
+    b.add("xmon_host_memory_available_bytes", (), h.memory_available_bytes)
+    b.add("xmon_host_load1", (), h.load_average_1m)
+
+
+def _device(b: FamilyBuilder, d: Device) -> None:
+    key = (d.index, d.device_kind, d.platform)
+    b.info("xmon_device_info", (*key, d.uuid, d.pci_bus_id, d.source))
+    hw = d.hardware
+    b.add("xmon_device_memory_used_bytes", key, hw.memory_used_bytes)
+    b.add("xmon_device_memory_total_bytes", key, hw.memory_total_bytes)
+    b.add("xmon_device_utilization_ratio", key, hw.utilization_ratio)
+    b.add("xmon_device_duty_cycle_ratio", key, hw.duty_cycle_ratio)
+    b.add("xmon_device_power_watts", key, hw.power_watts)
+    b.add("xmon_device_temperature_celsius", key, hw.temperature_celsius)
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+_MEMORY: tuple[tuple[str, Callable[[DeviceMemory], Number | None]], ...] = (
+    ("xmon_job_device_memory_in_use_bytes", lambda m: m.in_use_bytes),
+    ("xmon_job_device_memory_peak_bytes", lambda m: m.peak_bytes_in_use),
+    ("xmon_job_device_memory_limit_bytes", lambda m: m.bytes_limit),
+    ("xmon_job_device_memory_reserved_bytes", lambda m: m.bytes_reserved),
+    ("xmon_job_device_memory_largest_free_block_bytes", lambda m: m.largest_free_block_bytes),
+    ("xmon_job_device_memory_largest_alloc_bytes", lambda m: m.largest_alloc_size),
+    ("xmon_job_device_memory_pool_bytes", lambda m: m.pool_bytes),
+    ("xmon_job_device_allocations_total", lambda m: m.num_allocs),
+    ("xmon_job_device_memory_fragmentation_ratio", lambda m: m.fragmentation_ratio),
+)
+
+
+def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
+    key = (job.job_name, job.pid)
+    b.info(
+        "xmon_job_info",
+        (*key, job.hostname, job.platform, job.jax_version, job.jaxlib_version,
+         job.process_index, job.process_count),
+    )  # fmt: skip
+    b.add("xmon_job_start_time_seconds", key, job.started_at or None)
+    _job_devices(b, job, key)
+    _job_compile(b, job, key)
+    _job_programs(b, job, key, program_limit)
+    _job_steps(b, job, key)
+    _job_process_and_agent(b, job, key)
+
+
+def _job_devices(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
+    for jd in job.devices:
+        info = jd.info
+        dev = (*key, info.id, info.device_kind, info.platform)
+        coords = None if info.coords is None else ",".join(str(c) for c in info.coords)
+        b.info(
+            "xmon_job_device_info",
+            (*dev, info.process_index, coords, info.local_hardware_id, info.core_on_chip,
+             info.slice_index),
+        )  # fmt: skip
+        for name, get in _MEMORY:
+            b.add(name, dev, get(jd.memory))
+
+
+def _job_compile(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
+    c = job.compile
+    b.add("xmon_job_compiles_total", key, c.compiles_total)
+    b.add("xmon_job_recompiles_total", key, c.recompiles_total)
+    phases = (
+        ("trace", c.trace_seconds_total),
+        ("lowering", c.lowering_seconds_total),
+        ("backend", c.backend_compile_seconds_total),
+    )
+    for phase, seconds in phases:
+        b.add("xmon_job_compile_seconds_total", (*key, phase), seconds)
+    b.add("xmon_job_compilation_cache_requests_total", key, c.cache_requests_total)
+    b.add("xmon_job_compilation_cache_hits_total", key, c.cache_hits_total)
+    b.add("xmon_job_compilation_cache_misses_total", key, c.cache_misses_total)
+
+
+def _job_steps(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
+    s, u = job.steps, job.utilization
+    b.add("xmon_job_steps_total", key, s.steps_total)
+    quantiles = (("0.5", s.p50_step_seconds), ("0.9", s.p90_step_seconds),
+                 ("0.99", s.p99_step_seconds))  # fmt: skip
+    b.summary("xmon_job_step_duration_seconds", key, quantiles, s.steps_total, s.step_seconds_total)
+    b.add("xmon_job_last_step_duration_seconds", key, s.last_step_seconds)
+    b.add("xmon_job_steps_per_second", key, s.steps_per_second)
+    b.add("xmon_job_flops_per_step", key, s.flops_per_step)
+    b.add("xmon_job_bytes_per_step", key, s.bytes_per_step)
+    b.add("xmon_job_achieved_flops_per_second", key, u.achieved_flops_per_second)
+    b.add("xmon_job_achieved_bytes_per_second", key, u.achieved_bytes_per_second)
+    b.add("xmon_job_model_flops_utilization_ratio", key, u.model_flops_utilization_ratio)
+    b.add("xmon_job_memory_bandwidth_utilization_ratio", key, u.memory_bandwidth_utilization_ratio)
+    b.add("xmon_job_peak_flops_per_second", key, u.peak_flops_per_second)
+    b.add("xmon_job_peak_memory_bandwidth_bytes_per_second", key, u.peak_bytes_per_second)
+
+
+def _job_process_and_agent(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
+    p = job.process
+    if p is not None:
+        b.add("xmon_job_process_cpu_seconds_total", key, p.cpu_seconds_total)
+        b.add("xmon_job_process_resident_memory_bytes", key, p.resident_memory_bytes)
+        b.add("xmon_job_process_cpu_utilization_ratio", key, p.cpu_utilization_ratio)
+        b.add("xmon_job_process_threads", key, p.num_threads)
+    a = job.agent
+    b.add("xmon_agent_reports_sent_total", key, a.reports_sent_total)
+    b.add("xmon_agent_reports_dropped_total", key, a.reports_dropped_total)
+    b.add("xmon_agent_events_dropped_total", key, a.events_dropped_total)
+    b.add("xmon_agent_reconnects_total", key, a.reconnects_total)
+    b.add("xmon_agent_overhead_seconds_total", key, a.overhead_seconds_total)
+    b.add("xmon_agent_last_report_timestamp_seconds", key, job.last_report_at or None)
+
+
+def _job_programs(b: FamilyBuilder, job: Job, key: tuple[str, int], limit: int) -> None:
+    kept, folded = rank_programs(job.programs, limit)
+    b.add("xmon_job_programs", key, len(kept) + len(folded))
+    for p in kept:
+        for name, get, _ in PROGRAM_VALUES:
+            b.add(name, (*key, p.name, p.fingerprint), get(p))
+    if folded:
+        for name, get, fold in PROGRAM_VALUES:
+            b.add(name, (*key, OTHER_PROGRAM, ""), fold(get(p) for p in folded))

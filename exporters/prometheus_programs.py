@@ -1,0 +1,52 @@
+"""Which programs of a job get their own series, and how the rest are folded into one.
+
+A job can compile thousands of programs (every eager op is one); per-program series are capped
+so a scrape stays small and Prometheus' series count stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from xmon.model import Program
+
+Number = int | float
+Fold = Callable[[Iterable[Number | None]], Number | None]
+
+
+def _fold_sum(values: Iterable[Number | None]) -> Number | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _fold_max(values: Iterable[Number | None]) -> Number | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+PROGRAM_VALUES: tuple[tuple[str, Callable[[Program], Number | None], Fold], ...] = (
+    ("xmon_job_program_flops", lambda p: p.flops, _fold_sum),
+    ("xmon_job_program_bytes_accessed", lambda p: p.bytes_accessed, _fold_sum),
+    ("xmon_job_program_transcendentals", lambda p: p.transcendentals, _fold_sum),
+    ("xmon_job_program_argument_bytes", lambda p: p.argument_bytes, _fold_sum),
+    ("xmon_job_program_output_bytes", lambda p: p.output_bytes, _fold_sum),
+    ("xmon_job_program_temp_bytes", lambda p: p.temp_bytes, _fold_sum),
+    ("xmon_job_program_generated_code_bytes", lambda p: p.generated_code_bytes, _fold_sum),
+    ("xmon_job_program_peak_memory_bytes", lambda p: p.peak_memory_bytes, _fold_max),
+    ("xmon_job_program_compile_seconds", lambda p: p.compile_seconds, _fold_sum),
+)
+
+
+def rank_programs(programs: Sequence[Program], limit: int) -> tuple[list[Program], list[Program]]:
+    """(kept, folded): the ``limit`` heaviest programs (FLOPs on all devices, then compile
+    time; ties keep report order) and the rest. One entry per fingerprint."""
+    unique: dict[str, Program] = {}
+    for p in programs:
+        unique.setdefault(p.fingerprint, p)
+    ranked = sorted(unique.values(), key=_weight, reverse=True)
+    limit = max(limit, 0)
+    return ranked[:limit], ranked[limit:]
+
+
+def _weight(p: Program) -> tuple[float, float]:
+    return ((p.flops or 0.0) * p.num_devices, p.compile_seconds or 0.0)

@@ -1,0 +1,510 @@
+"""The Prometheus exporter against real prometheus_client, a real HTTP server and promtool."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from xmon.exporters.prometheus import (
+    CONTENT_TYPE,
+    MetricsEndpoint,
+    MetricsServerError,
+    SnapshotCollector,
+    snapshot_families,
+)
+
+from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME
+from xmon.model import (
+    AgentHealth,
+    CollectorHealth,
+    CompileStats,
+    DaemonStats,
+    Device,
+    DeviceInfo,
+    DeviceMemory,
+    HardwareCounters,
+    HostSample,
+    Job,
+    JobDevice,
+    ProcessSample,
+    Program,
+    Snapshot,
+    StepStats,
+    Utilization,
+)
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "prometheus_metrics.txt"
+Key = tuple[str, frozenset[tuple[str, str]]]
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+def full_memory(i: int) -> DeviceMemory:
+    return DeviceMemory(
+        bytes_in_use=1000 + i, peak_bytes_in_use=2000, bytes_limit=10_000, bytes_reserved=300,
+        largest_free_block_bytes=5000, largest_alloc_size=700, num_allocs=42, pool_bytes=9000,
+        fragmentation_ratio=0.25,
+    )  # fmt: skip
+
+
+def program(i: int, **kw: object) -> Program:
+    values: dict[str, object] = dict(
+        fingerprint=f"fp{i:03d}", name=f"jit_f{i}", flops=float(i), transcendentals=2.0,
+        bytes_accessed=10.0, argument_bytes=1, output_bytes=2, temp_bytes=3,
+        generated_code_bytes=4, peak_memory_bytes=100 + i, compile_seconds=0.5,
+    )  # fmt: skip
+    values.update(kw)
+    return Program(**values)  # type: ignore[arg-type]
+
+
+def train_job(n_programs: int = 60) -> Job:
+    """Fully populated: 4 CPU devices, more programs than the default limit."""
+    devices = tuple(
+        JobDevice(DeviceInfo(i, "cpu", "cpu", local_hardware_id=i, coords=(i, 0)), full_memory(i))
+        for i in range(4)
+    )
+    return Job(
+        job_name="train", pid=1000, hostname="node0", platform="cpu", jax_version="0.10.2",
+        jaxlib_version="0.10.2", started_at=1_700_000_000.0, last_report_at=1_700_000_100.0,
+        devices=devices,
+        compile=CompileStats(compiles_total=7, recompiles_total=2,
+                             backend_compile_seconds_total=3.5, trace_seconds_total=0.5,
+                             lowering_seconds_total=1.0, cache_requests_total=7,
+                             cache_hits_total=3, cache_misses_total=4),
+        programs=tuple(program(i) for i in range(n_programs)),
+        steps=StepStats(steps_total=100, step_seconds_total=50.0, last_step_seconds=0.5,
+                        p50_step_seconds=0.5, p90_step_seconds=0.6, p99_step_seconds=0.9,
+                        steps_per_second=2.0, flops_per_step=1e12, bytes_per_step=1e9),
+        utilization=Utilization(2e12, 2e9, 4e12, 4e9, 0.5, 0.5),
+        process=ProcessSample(1.5, 120.0, 2**30, num_threads=12),
+        agent=AgentHealth(50, 1, 2, 3, 0.01),
+    )  # fmt: skip
+
+
+def eval_job() -> Job:
+    """Sparse: CPU memory_stats() is None, no steps yet, no process sample."""
+    info = DeviceInfo(0, "cpu", "cpu")
+    return Job(
+        job_name="eval", pid=2000, hostname="node0", platform="cpu", jax_version="0.10.2",
+        jaxlib_version="0.10.2", devices=(JobDevice(info, DeviceMemory(live_array_bytes=64)),),
+    )  # fmt: skip
+
+
+def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
+    return Snapshot(
+        seq=seq, wall_time=1_700_000_200.0, monotonic=10.0, hostname="node0",
+        daemon=DaemonStats("0.1.0", 1_700_000_000.0, agents_connected=2,
+                           reports_received_total=500, reports_rejected_total=1,
+                           agents_disconnected_total=1),
+        host=HostSample("node0", 16, 0.25, 64 * 2**30, 16 * 2**30, 48 * 2**30, 1.5),
+        devices=(
+            Device(0, "gpu", "NVIDIA H100 80GB HBM3", "nvml",
+                   HardwareCounters(10 * 2**30, 80 * 2**30, 0.9, 0.8, 350.0, 60.0),
+                   uuid="GPU-abc", pci_bus_id="0000:01:00.0"),
+            Device(1, "gpu", "NVIDIA H100 80GB HBM3", "nvml", HardwareCounters()),
+        ),
+        jobs=(train_job(), eval_job()) if jobs is None else jobs,
+        collectors=(CollectorHealth("host", True, 0, 0.002),
+                    CollectorHealth("libtpu", False, 0, None, present=False)),
+    )  # fmt: skip
+
+
+def exposed(family: object) -> str:
+    name, typ = family.name, family.type  # type: ignore[attr-defined]
+    return {"counter": name + "_total", "info": name + "_info"}.get(typ, name)
+
+
+def samples(snap: Snapshot, program_limit: int = 50) -> dict[Key, float]:
+    out: dict[Key, float] = {}
+    for family in snapshot_families(snap, program_limit):
+        for s in family.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            assert key not in out, f"duplicate series {key}"
+            out[key] = s.value
+    return out
+
+
+def key(name: str, **labels: object) -> Key:
+    return name, frozenset((k, str(v)) for k, v in labels.items())
+
+
+TRAIN = {"job_name": "train", "pid": 1000}
+EVAL = {"job_name": "eval", "pid": 2000}
+DEV0 = {**TRAIN, "device": 0, "device_kind": "cpu", "platform": "cpu"}
+GPU0 = {"device": 0, "device_kind": "NVIDIA H100 80GB HBM3", "platform": "gpu"}
+
+
+# --- families --------------------------------------------------------------------------------
+
+
+def test_every_family_is_in_the_table_and_every_entry_is_emitted() -> None:
+    families = snapshot_families(snapshot())
+    names = [exposed(f) for f in families]
+    assert len(names) == len(set(names))
+    for family, name in zip(families, names, strict=True):
+        spec = SPEC_BY_NAME[name]
+        assert family.documentation == spec.help
+        assert family.type == spec.type
+    assert set(names) == {spec.name for spec in METRICS}
+
+
+EXPECTED = [
+    (key("xmon_up"), 1.0),
+    (key("xmon_agents_connected"), 2.0),
+    (key("xmon_daemon_reports_rejected_total"), 1.0),
+    (key("xmon_collector_up", collector="libtpu"), 0.0),
+    (key("xmon_collector_present", collector="libtpu"), 0.0),
+    (key("xmon_collector_duration_seconds", collector="host"), 0.002),
+    (key("xmon_host_info", hostname="node0", cpu_count=16), 1.0),
+    (key("xmon_host_memory_available_bytes"), 48 * 2**30),
+    (key("xmon_host_load1"), 1.5),
+    (key("xmon_device_info", **GPU0, uuid="GPU-abc", pci_bus_id="0000:01:00.0", source="nvml"), 1),
+    (key("xmon_device_power_watts", **GPU0), 350.0),
+    (key("xmon_device_memory_total_bytes", **GPU0), 80 * 2**30),
+    (
+        key(
+            "xmon_job_info",
+            **TRAIN,
+            hostname="node0",
+            platform="cpu",
+            jax_version="0.10.2",
+            jaxlib_version="0.10.2",
+            process_index=0,
+            process_count=1,
+        ),
+        1.0,
+    ),  # fmt: skip
+    (
+        key(
+            "xmon_job_device_info",
+            **DEV0,
+            process_index=0,
+            coords="0,0",
+            local_hardware_id=0,
+            core_on_chip="",
+            slice_index="",
+        ),
+        1.0,
+    ),  # fmt: skip
+    (key("xmon_job_device_memory_in_use_bytes", **DEV0), 1000.0),
+    (key("xmon_job_device_memory_in_use_bytes", **{**DEV0, "device": 3}), 1003.0),
+    (key("xmon_job_device_memory_fragmentation_ratio", **DEV0), 0.25),
+    (key("xmon_job_device_allocations_total", **DEV0), 42.0),
+    (key("xmon_job_compile_seconds_total", **TRAIN, phase="backend"), 3.5),
+    (key("xmon_job_compile_seconds_total", **TRAIN, phase="trace"), 0.5),
+    (key("xmon_job_compilation_cache_hits_total", **TRAIN), 3.0),
+    (key("xmon_job_programs", **TRAIN), 60.0),
+    (key("xmon_job_step_duration_seconds", **TRAIN, quantile="0.99"), 0.9),
+    (key("xmon_job_step_duration_seconds_sum", **TRAIN), 50.0),
+    (key("xmon_job_step_duration_seconds_count", **TRAIN), 100.0),
+    (key("xmon_job_model_flops_utilization_ratio", **TRAIN), 0.5),
+    (key("xmon_job_process_cpu_utilization_ratio", **TRAIN), 1.5),
+    (key("xmon_agent_last_report_timestamp_seconds", **TRAIN), 1_700_000_100.0),
+    (
+        key(
+            "xmon_job_device_memory_in_use_bytes",
+            **EVAL,
+            device=0,
+            device_kind="cpu",
+            platform="cpu",
+        ),
+        64.0,
+    ),  # fmt: skip
+    (key("xmon_job_steps_total", **EVAL), 0.0),
+]
+
+
+@pytest.mark.parametrize(("series", "value"), EXPECTED, ids=lambda v: str(v)[:60])
+def test_sample_values(series: Key, value: float) -> None:
+    assert samples(snapshot())[series] == pytest.approx(value)
+
+
+ABSENT = [
+    # None fields are left out, never exported as 0
+    key("xmon_device_power_watts", **{**GPU0, "device": 1}),
+    key("xmon_job_device_memory_peak_bytes", **EVAL, device=0, device_kind="cpu", platform="cpu"),
+    key("xmon_job_last_step_duration_seconds", **EVAL),
+    key("xmon_job_model_flops_utilization_ratio", **EVAL),
+    key("xmon_job_step_duration_seconds", **EVAL, quantile="0.5"),
+    key("xmon_job_process_resident_memory_bytes", **EVAL),
+    key("xmon_job_start_time_seconds", **EVAL),
+    key("xmon_agent_last_report_timestamp_seconds", **EVAL),
+    key("xmon_collector_duration_seconds", collector="libtpu"),
+]
+
+
+@pytest.mark.parametrize("series", ABSENT, ids=lambda k: k[0])
+def test_unknown_values_are_absent(series: Key) -> None:
+    assert series not in samples(snapshot())
+
+
+def test_no_host_sample_means_no_host_series() -> None:
+    names = {name for name, _ in samples(replace(snapshot(), host=None))}
+    assert not any(n.startswith("xmon_host_") for n in names)
+
+
+def program_series(s: dict[Key, float], name: str, job: dict[str, object]) -> dict[str, float]:
+    """program label -> value of one program metric of one job."""
+    want = {(k, str(v)) for k, v in job.items()}
+    return {
+        dict(labels)["program"]: v for (n, labels), v in s.items() if n == name and want <= labels
+    }
+
+
+def test_programs_past_the_limit_are_folded() -> None:
+    s = samples(snapshot(), program_limit=50)
+    flops = program_series(s, "xmon_job_program_flops", TRAIN)
+    assert len(flops) == 51  # 50 heaviest + _other
+    assert set(flops) - {OTHER_PROGRAM} == {f"jit_f{i}" for i in range(10, 60)}
+    assert flops[OTHER_PROGRAM] == sum(range(10))  # the 10 lightest, summed
+    assert program_series(s, "xmon_job_program_temp_bytes", TRAIN)[OTHER_PROGRAM] == 30
+    assert program_series(s, "xmon_job_program_peak_memory_bytes", TRAIN)[OTHER_PROGRAM] == 109
+    assert s[key("xmon_job_program_flops", **TRAIN, program="jit_f59", fingerprint="fp059")] == 59
+
+
+def test_program_rank_uses_devices_then_compile_time() -> None:
+    programs = (
+        program(0, flops=10.0, num_devices=1),
+        program(1, flops=4.0, num_devices=4),  # 16 on all devices: heavier than program 0
+        program(2, flops=None, compile_seconds=9.0),
+        program(3, flops=None, compile_seconds=1.0),
+        program(1, flops=1e9),  # same fingerprint again: reported once, first wins
+    )
+    job = replace(train_job(), programs=programs)
+    s = samples(snapshot((job,)), program_limit=3)
+    compile_s = program_series(s, "xmon_job_program_compile_seconds", TRAIN)
+    assert set(compile_s) == {"jit_f1", "jit_f0", "jit_f2", OTHER_PROGRAM}
+    assert compile_s[OTHER_PROGRAM] == 1.0
+    assert OTHER_PROGRAM not in program_series(s, "xmon_job_program_flops", TRAIN)  # all None
+    assert s[key("xmon_job_programs", **TRAIN)] == 4
+
+
+def test_no_fold_series_within_the_limit() -> None:
+    s = samples(snapshot((train_job(n_programs=5),)))
+    assert OTHER_PROGRAM not in program_series(s, "xmon_job_program_flops", TRAIN)
+
+
+def test_client_label_values_are_truncated() -> None:
+    long = "j" * 500
+    job = replace(train_job(n_programs=1), job_name=long, programs=(program(1, name="p" * 300),))
+    for (_, labels), _value in samples(snapshot((job,))).items():
+        assert all(len(v) <= LABEL_VALUE_MAX for _, v in labels)
+    assert key("xmon_job_steps_total", job_name="j" * LABEL_VALUE_MAX, pid=1000) in samples(
+        snapshot((job,))
+    )
+
+
+def test_duplicate_series_are_dropped() -> None:
+    dup = snapshot().devices[0]
+    samples(replace(snapshot(), devices=(dup, dup)))  # asserts no duplicate keys
+
+
+def test_dead_job_series_disappear() -> None:
+    collector = SnapshotCollector()
+    collector.set_snapshot(snapshot())
+    assert any(s.labels.get("job_name") == "eval" for f in collector.collect() for s in f.samples)
+    collector.set_snapshot(snapshot((train_job(),), seq=2))
+    assert not any(
+        s.labels.get("job_name") == "eval" for f in collector.collect() for s in f.samples
+    )
+    assert collector.describe() == []
+
+
+def test_before_the_first_snapshot_only_self_metrics() -> None:
+    text = MetricsEndpoint().body().decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert names == {"xmon_build_info", "xmon_up"}
+    assert "xmon_up 0.0" in text
+
+
+def test_endpoint_renders_once_per_update() -> None:
+    endpoint = MetricsEndpoint()
+    endpoint.update(snapshot())
+    first = endpoint.body()
+    assert endpoint.body() is first  # cached bytes, not a re-render
+    assert gzip.decompress(endpoint.body(accept_gzip=True)) == first
+    assert endpoint.body(accept_gzip=True) is endpoint.body(accept_gzip=True)
+    endpoint.update(snapshot((train_job(),), seq=2))
+    assert b'job_name="eval"' in first and b'job_name="eval"' not in endpoint.body()
+
+
+# --- promtool --------------------------------------------------------------------------------
+
+
+def test_promtool_check_metrics_is_clean() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (apt-get install -y prometheus)")
+    endpoint = MetricsEndpoint()
+    endpoint.update(snapshot())
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=endpoint.body(), capture_output=True, timeout=30
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout + result.stderr == b""
+
+
+# --- HTTP ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[MetricsEndpoint, str]]:
+    endpoint = MetricsEndpoint()
+    host, port = endpoint.start("127.0.0.1", 0)
+    assert port != 0 and endpoint.port == port
+    yield endpoint, f"http://{host}:{port}"
+    endpoint.stop()
+
+
+def fetch(url: str, method: str = "GET", **headers: str) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_http_metrics(server: tuple[MetricsEndpoint, str]) -> None:
+    endpoint, url = server
+    endpoint.update(snapshot())
+    status, headers, body = fetch(url + "/metrics")
+    assert status == 200
+    assert headers["Content-Type"] == CONTENT_TYPE
+    assert "Content-Encoding" not in headers
+    assert body == endpoint.body()
+    parsed = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert {"xmon_job_device_memory_in_use_bytes", "xmon_job_step_duration_seconds"} <= parsed
+
+
+def test_http_metrics_gzip(server: tuple[MetricsEndpoint, str]) -> None:
+    endpoint, url = server
+    endpoint.update(snapshot())
+    status, headers, body = fetch(url + "/metrics", **{"Accept-Encoding": "gzip, deflate"})
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    assert int(headers["Content-Length"]) == len(body)
+    assert gzip.decompress(body) == endpoint.body()
+    _, headers, _ = fetch(url + "/metrics", **{"Accept-Encoding": "gzip;q=0, identity"})
+    assert "Content-Encoding" not in headers
+
+
+def test_http_head(server: tuple[MetricsEndpoint, str]) -> None:
+    endpoint, url = server
+    status, headers, body = fetch(url + "/metrics", method="HEAD")
+    assert status == 200 and body == b""
+    assert int(headers["Content-Length"]) == len(endpoint.body())
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "needle"),
+    [("/", 200, b'href="/metrics"'), ("/-/healthy", 200, b"OK"), ("/nope", 404, b"not found"),
+     ("/metrics/x", 404, b"not found")],
+)  # fmt: skip
+def test_http_other_paths(
+    server: tuple[MetricsEndpoint, str], path: str, status: int, needle: bytes
+) -> None:
+    got, _, body = fetch(server[1] + path)
+    assert got == status and needle in body
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "BREW"])
+def test_http_is_read_only(server: tuple[MetricsEndpoint, str], method: str) -> None:
+    status, headers, _ = fetch(server[1] + "/metrics", method=method)
+    assert status == 405
+    assert headers["Allow"] == "GET, HEAD"
+
+
+def test_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(MetricsServerError, match=f"127.0.0.1:{port}: address already in use"):
+            MetricsEndpoint().start("127.0.0.1", port)
+
+
+def test_start_and_stop_twice() -> None:
+    endpoint = MetricsEndpoint()
+    endpoint.start("127.0.0.1", 0)
+    with pytest.raises(MetricsServerError, match="already running"):
+        endpoint.start("127.0.0.1", 0)
+    endpoint.stop()
+    endpoint.stop()
+    with pytest.raises(MetricsServerError, match="not running"):
+        _ = endpoint.port
+
+
+# --- golden file and timing ------------------------------------------------------------------
+
+
+def golden_text() -> str:
+    endpoint = MetricsEndpoint(program_limit=3)
+    endpoint.update(snapshot((train_job(n_programs=5), eval_job())))
+    # the daemon's Python version is the one machine-dependent value
+    return re.sub(r'python_version="[^"]*"', 'python_version="X"', endpoint.body().decode())
+
+
+def test_golden_exposition() -> None:
+    text = golden_text()
+    if os.environ.get("XMON_UPDATE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "exposition changed: rerun with XMON_UPDATE_GOLDEN=1"
+
+
+def test_render_time_for_about_2k_series(capsys: pytest.CaptureFixture[str]) -> None:
+    """Measured, not asserted: render cost of a large snapshot (see docs/metrics.md budget)."""
+    jobs = tuple(replace(train_job(), job_name=f"train{i}", pid=1000 + i) for i in range(4))
+    endpoint = MetricsEndpoint()
+    endpoint.update(snapshot(jobs))
+    series = endpoint.body().count(b"\n") - 2 * len(METRICS)
+    timings = []
+    for _ in range(5):
+        start = time.perf_counter()
+        endpoint.update(snapshot(jobs))
+        endpoint.body()
+        timings.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    endpoint.body(accept_gzip=True)
+    gz = time.perf_counter() - start
+    with capsys.disabled():
+        print(f"\nrender ~{series} series: {min(timings) * 1e3:.1f} ms; gzip-1 {gz * 1e3:.1f} ms")
+    assert series > 1500
+
+
+def test_http_before_the_first_snapshot() -> None:
+    endpoint = MetricsEndpoint()
+    _, port = endpoint.start("127.0.0.1", 0)
+    try:
+        status, _, body = fetch(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        endpoint.stop()
+    assert status == 200 and b"xmon_up 0.0" in body and b"xmon_build_info{" in body
+
+
+def test_http_render_failure_is_a_500_and_recovers(server: tuple[MetricsEndpoint, str]) -> None:
+    endpoint, url = server
+    broken = HostSample("node0", 16, 0.25, "many", 0, 0)  # type: ignore[arg-type]
+    endpoint.update(replace(snapshot(), host=broken))
+    assert fetch(url + "/metrics")[0] == 500
+    endpoint.update(snapshot())
+    assert fetch(url + "/metrics")[0] == 200
+
+
+def test_exporter_does_not_import_jax() -> None:
+    code = "import sys, xmon.exporters.prometheus; assert 'jax' not in sys.modules, 'jax'"
+    subprocess.run([sys.executable, "-c", code], check=True)
