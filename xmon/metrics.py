@@ -59,7 +59,7 @@ _JOB_METRICS = (
     _g("xmon_job_start_time_seconds", "Unix time the agent attached to the job.",
        JOB, "seconds", "Job.started_at"),
     _i("xmon_job_device_info", "A PJRT device as the job sees it (always 1); jax.Device facts. "
-       "device is jax.Device.id; local_hardware_id joins with xmon_device_info's device.",
+       "device is jax.Device.id; local_hardware_id usually equals xmon_device_info's device.",
        (*JOB_DEVICE, "process_index", "coords", "local_hardware_id", "core_on_chip",
         "slice_index"), "Job.devices[].info"),
     _g("xmon_job_device_memory_in_use_bytes", "PJRT allocator bytes in use "
