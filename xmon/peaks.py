@@ -176,7 +176,16 @@ class PeakTable:
         values = validate_override(kind, fields)
         key = self._resolve(kind) or normalize_device_kind(kind)
         base = self._peaks.get(key, Peak(None, None, None, "override"))
-        self._peaks[key] = replace(base, **values, source="override")
+        memory = values.get("memory_bytes")
+        self._peaks[key] = replace(
+            base,
+            flops_per_second=values.get("flops_per_second", base.flops_per_second),
+            memory_bytes=base.memory_bytes if memory is None else int(memory),
+            memory_bytes_per_second=values.get(
+                "memory_bytes_per_second", base.memory_bytes_per_second
+            ),
+            source="override",
+        )
 
     def lookup(self, device_kind: str) -> Peak | None:
         """Peak of one JAX device of this kind, or None when the kind is unknown (CPU too)."""
@@ -190,15 +199,15 @@ class PeakTable:
         return sorted(self._peaks)
 
 
-def validate_override(kind: str, fields: object) -> dict[str, float | int]:
-    """Check one override entry; return its values (memory_bytes as int).
+def validate_override(kind: str, fields: object) -> dict[str, float]:
+    """Check one override entry and return its values as floats.
 
     Raises ValueError naming the kind and field for unknown fields and for values that are
     not positive finite numbers.
     """
     if not isinstance(fields, Mapping):
         raise ValueError(f"peak override {kind!r}: expected a mapping of {OVERRIDE_FIELDS}")
-    values: dict[str, float | int] = {}
+    values: dict[str, float] = {}
     for name, raw in fields.items():
         if name not in OVERRIDE_FIELDS:
             valid = ", ".join(OVERRIDE_FIELDS)
@@ -208,7 +217,7 @@ def validate_override(kind: str, fields: object) -> dict[str, float | int]:
             raise ValueError(
                 f"peak override {kind!r}.{name}: must be a positive finite number, got {raw!r}"
             )
-        values[name] = int(number) if name == "memory_bytes" else number
+        values[name] = number
     return values
 
 
