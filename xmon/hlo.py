@@ -1,0 +1,387 @@
+"""FLOPs of cuBLAS GEMM custom-calls, read from optimized HLO text.
+
+XLA:GPU lowers some dots (f32 ones, for example) to custom-calls into cuBLAS/cuBLASLt, and
+``Compiled.cost_analysis()['flops']`` does not count those: a 4096x4096 f32 matmul reported
+16.8 M FLOPs instead of 2*4096**3 = 1.37e11 (H100, jax 0.11.2). PJRT's cost analysis is XLA's
+generic HloCostAnalysis, whose HandleCustomCall reports 0 for any custom-call; dots that stay
+dots (Triton GEMM fusions, bf16 on the same machine) are counted. xmon therefore adds the GEMM
+custom-calls it finds in the optimized module text (``compiled.as_text()``,
+``HloModule.to_string()``).
+
+A GEMM does 2 * (elements of its output) * (product of the lhs contracting dimension sizes)
+FLOPs: GpuHloCostAnalysis::HandleCustomCall (xla/service/gpu/model/gpu_hlo_cost_analysis.cc,
+what the profiler's op_profile uses) counts cuBLAS GEMMs this way, with GetDotFlops' one
+multiply-add = 2 FLOPs for every element type. The output is the first element of the
+custom-call's result tuple (the others are the cuBLAS workspace, amax or auxiliary outputs);
+the contracting dimensions come from ``dot_dimension_numbers`` in its ``backend_config``.
+
+Static counting, like XLA's cost analysis: a GEMM in a called computation counts once per call
+site; a while-loop body counts once whatever its trip count (not knowable from the text); of a
+conditional's branches the most expensive one counts. GEMMs whose shapes are dynamic or whose
+configuration cannot be read are counted in :func:`gemm_custom_call_count` but add no FLOPs.
+Nothing here imports jax, and malformed text never raises: unreadable parts are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import ChainMap
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+# Call targets from XLA's xla/service/gpu/cublas_cudnn.cc (kGemmCallTarget,
+# kCublasLtMatmulCallTarget, kCublasLtMatmulF8CallTarget, kCublasLtMatmulMxCallTarget) and the
+# grouped (ragged) GEMM of newer XLA. ROCm builds reuse these names for hipBLAS(Lt).
+GEMM_CALL_TARGETS = frozenset(
+    {
+        "__cublas$gemm",
+        "__cublas$lt$matmul",
+        "__cublas$lt$matmul$f8",
+        "__cublas$lt$matmul$mx",
+        "__cublas$lt$groupedMatmul",
+    }
+)
+
+_SHAPE_START = r"(?:\(|[a-z][a-z0-9]*\[)"
+_INSTRUCTION = re.compile(
+    rf"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=%,()]+)\s*=\s*(?P<rest>{_SHAPE_START}.*)$", re.S
+)
+_HEADER = re.compile(r"^\s*(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(){}=,]+)\s*(?:\(.*\)\s*->.*)?\{\s*$")
+_ARRAY_SHAPE = re.compile(r"^\s*(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
+_TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
+_QUOTED = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a string literal, escapes included
+_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_SINGLE_CALL = re.compile(
+    r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)"
+    r"=%?(?P<name>[^\s,{}()]+)"
+)
+_LIST_CALL = re.compile(r"\b(?:calls|branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+@dataclass(frozen=True)
+class GemmCall:
+    """One GEMM custom-call instruction of the module text (not weighted by call sites)."""
+
+    name: str
+    computation: str
+    target: str
+    flops: float | None  # None: dynamic shapes or unreadable dot_dimension_numbers
+
+
+@dataclass(frozen=True)
+class _Instruction:
+    name: str
+    shape: str
+    opcode: str
+    operands: tuple[tuple[str, str | None], ...]  # (name, inline shape text or None)
+    attrs: str
+
+
+@dataclass
+class _Computation:
+    name: str
+    is_entry: bool
+    instructions: list[_Instruction] = field(default_factory=list)
+
+
+# --- text scanning ---------------------------------------------------------------------------
+
+
+def _depth_change(text: str) -> int:
+    """Net bracket depth of text, ignoring brackets inside double-quoted strings."""
+    # str.count and one regex keep this at C speed: it runs on every line of big modules.
+    if '"' in text:
+        text = _QUOTED.sub("", text)
+    return sum(map(text.count, _OPEN)) - sum(map(text.count, _CLOSE))
+
+
+def _logical_lines(text: str) -> Iterator[str]:
+    """Lines of the module with instructions spread over several lines joined into one.
+
+    compiled.as_text() prints one instruction per line; hand-written HLO (XLA's tests) may
+    spread one over many: an open bracket or a trailing comma continues it. A new instruction
+    start ends an unfinished one, so malformed text cannot swallow the rest of the module.
+    """
+    pending, depth = "", 0
+    for line in text.splitlines():
+        if line.lstrip().startswith("//"):
+            continue  # HLO text allows C++-style comments
+        starts = _INSTRUCTION.match(line) is not None
+        if pending and not starts:
+            pending, depth = pending + " " + line.strip(), depth + _depth_change(line)
+        else:
+            if pending:
+                yield pending
+            pending, depth = (line, _depth_change(line)) if starts else ("", 0)
+            if not starts:
+                yield line
+        if pending and depth <= 0 and not pending.rstrip().endswith(","):
+            yield pending
+            pending, depth = "", 0
+    if pending:
+        yield pending
+
+
+def _matching(text: str, start: int) -> int:
+    """Index of the bracket closing the one at text[start], or -1."""
+    depth = 0
+    for index in range(start, len(text)):
+        if text[index] in _OPEN:
+            depth += 1
+        elif text[index] in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
+        depth += (char in _OPEN) - (char in _CLOSE)
+        if char == "," and depth == 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    tail = "".join(current).strip()
+    return [*parts, tail] if tail or parts else []
+
+
+# --- instructions and shapes -----------------------------------------------------------------
+
+
+def _parse_operand(text: str) -> tuple[str, str | None]:
+    # Newer XLA prints "f32[4096,4096]{1,0} %p0", older XLA and tests just "%p0" or "p0".
+    text = _COMMENT.sub("", text).strip()
+    shape, _, name = text.rpartition(" ")
+    return name.lstrip("%"), (shape.strip() or None)
+
+
+def _parse_instruction(line: str) -> _Instruction | None:
+    match = _INSTRUCTION.match(line)
+    if match is None:
+        return None
+    rest = match["rest"].strip()
+    shape_end = _matching(rest, 0) + 1 if rest.startswith("(") else rest.find(" ")
+    if shape_end <= 0:
+        return None
+    call = re.match(r"\s*(?P<opcode>[\w\-]+)\(", rest[shape_end:])
+    if call is None:
+        return None
+    open_at = shape_end + call.end() - 1
+    close_at = _matching(rest, open_at)
+    if close_at < 0:
+        return None
+    operands = tuple(_parse_operand(p) for p in _split_top_level(rest[open_at + 1 : close_at]))
+    return _Instruction(
+        match["name"], rest[:shape_end], call["opcode"], operands, rest[close_at + 1 :]
+    )
+
+
+def _array_dims(shape: str) -> tuple[int | None, ...] | None:
+    """Dimensions of an array shape, or of a tuple's first element; None marks a dynamic one."""
+    shape = shape.strip()
+    if shape.startswith("("):
+        end = _matching(shape, 0)
+        elements = _split_top_level(shape[1:end]) if end > 0 else []
+        return _array_dims(elements[0]) if elements else None
+    match = _ARRAY_SHAPE.match(shape)
+    if match is None:
+        return None
+    dims = [d.strip() for d in match["dims"].split(",") if d.strip()]
+    return tuple(int(d) if d.isdigit() else None for d in dims)
+
+
+def _dimension_list(attrs: str, key: str) -> tuple[int, ...] | None:
+    # Matches JSON ("key":["1"]), JSON escaped inside a quoted backend_config (\"key\":[\"1\"])
+    # and the old unquoted form (key:[1]).
+    match = re.search(rf"{key}[\\\"']*\s*:\s*\[(?P<values>[^\]]*)\]", attrs)
+    if match is None:
+        return None
+    return tuple(int(v) for v in re.findall(r"-?\d+", match["values"]))
+
+
+def _gemm_flops(instruction: _Instruction, shapes: Mapping[str, str]) -> float | None:
+    out = _array_dims(instruction.shape)
+    contracting = _dimension_list(instruction.attrs, "lhs_contracting_dimensions")
+    if out is None or contracting is None or not instruction.operands:
+        return None
+    lhs_name, lhs_inline = instruction.operands[0]
+    lhs = _array_dims(lhs_inline or shapes.get(lhs_name, ""))
+    if lhs is None or any(d < 0 or d >= len(lhs) for d in contracting):
+        return None
+    if "lhs_ragged_dimensions" in instruction.attrs:  # grouped GEMM
+        ragged = _dimension_list(instruction.attrs, "lhs_ragged_dimensions") or ()
+        batch = _dimension_list(instruction.attrs, "lhs_batch_dimensions") or ()
+        if set(ragged) & (set(contracting) | set(batch)):
+            return None  # groups split K or the batch: the output shape alone does not tell
+    sizes = [*out, *(lhs[d] for d in contracting)]
+    if any(size is None for size in sizes):
+        return None
+    return 2.0 * math.prod(size for size in sizes if size is not None)
+
+
+# --- modules and call graph ------------------------------------------------------------------
+
+
+def _split_modules(text: str) -> list[str]:
+    chunks = re.split(r"(?m)^(?=HloModule\b)", text)
+    return [chunk for chunk in chunks if chunk.strip()]
+
+
+def _parse_module(text: str) -> dict[str, _Computation]:
+    """Computations by name; instructions outside any computation go to an unnamed one."""
+    loose = _Computation("", is_entry=False)
+    computations: dict[str, _Computation] = {}
+    current: _Computation | None = None
+    for line in _logical_lines(text):
+        instruction = _parse_instruction(line)
+        if instruction is not None:
+            (current or loose).instructions.append(instruction)
+        elif line.strip() == "}":
+            current = None
+        elif (header := _HEADER.match(line)) and not line.lstrip().startswith("HloModule"):
+            current = _Computation(header["name"], is_entry=bool(header["entry"]))
+            computations[current.name] = current
+    if loose.instructions:
+        computations[""] = loose
+    return computations
+
+
+def _callees(instruction: _Instruction) -> tuple[list[str], bool]:
+    """Computations an instruction runs, and whether only one of them runs (conditional)."""
+    if instruction.opcode in ("async-done", "async-update"):
+        return [], False  # the computation is counted at its async-start
+    attrs = instruction.attrs
+    if not (_SINGLE_CALL.search(attrs) or _LIST_CALL.search(attrs)):
+        return [], False  # most instructions call nothing: skip the string stripping below
+    attrs = _QUOTED.sub('""', attrs)  # op_name="while/body=..." must not count as a call
+    names = [m["name"] for m in _SINGLE_CALL.finditer(attrs)]
+    for match in _LIST_CALL.finditer(attrs):
+        names += [n.strip().lstrip("%") for n in match["names"].split(",") if n.strip()]
+    return names, instruction.opcode == "conditional"
+
+
+@dataclass(frozen=True)
+class _Totals:
+    flops: float = 0.0
+    count: int = 0
+
+    def __add__(self, other: _Totals) -> _Totals:
+        return _Totals(self.flops + other.flops, self.count + other.count)
+
+
+class _Module:
+    def __init__(self, text: str) -> None:
+        self.computations = _parse_module(text)
+        shapes = {i.name: i.shape for c in self.computations.values() for i in c.instructions}
+        # Names are unique per module in XLA's output, but hand-written HLO reuses them across
+        # computations: look in the GEMM's own computation first.
+        self.shapes = {
+            name: ChainMap({i.name: i.shape for i in c.instructions}, shapes)
+            for name, c in self.computations.items()
+        }
+        self._memo: dict[str, _Totals] = {}
+        self._active: set[str] = set()
+
+    def gemm_calls(self) -> Iterator[tuple[_Computation, _Instruction, str]]:
+        for computation in self.computations.values():
+            for instruction in computation.instructions:
+                target = _gemm_target(instruction)
+                if target is not None:
+                    yield computation, instruction, target
+
+    def flops_of(self, computation: _Computation, instruction: _Instruction) -> float | None:
+        return _gemm_flops(instruction, self.shapes[computation.name])
+
+    def roots(self) -> list[str]:
+        """ENTRY computations; in a fragment without one, every computation nothing calls."""
+        entries = [name for name, c in self.computations.items() if c.is_entry]
+        if entries:
+            return entries
+        called = {
+            name
+            for c in self.computations.values()
+            for i in c.instructions
+            for name in _callees(i)[0]
+        }
+        return [name for name in self.computations if name not in called]
+
+    def totals(self, name: str) -> _Totals:
+        computation = self.computations.get(name)
+        if computation is None or name in self._active:
+            return _Totals()  # unknown callee, or a cycle in malformed text
+        if name not in self._memo:
+            self._active.add(name)
+            self._memo[name] = self._sum(computation)
+            self._active.discard(name)
+        return self._memo[name]
+
+    def _sum(self, computation: _Computation) -> _Totals:
+        total = _Totals()
+        for instruction in computation.instructions:
+            if _gemm_target(instruction) is not None:
+                flops = self.flops_of(computation, instruction)
+                total += _Totals(flops or 0.0, 1)
+            names, one_of = _callees(instruction)
+            callee_totals = [self.totals(n) for n in names]
+            if one_of and callee_totals:
+                total += max(callee_totals, key=lambda t: (t.flops, t.count))
+            else:
+                total = sum(callee_totals, total)
+        return total
+
+
+def _gemm_target(instruction: _Instruction) -> str | None:
+    if instruction.opcode != "custom-call":
+        return None
+    match = _TARGET.search(instruction.attrs)
+    return match["target"] if match and match["target"] in GEMM_CALL_TARGETS else None
+
+
+def _module_totals(hlo_text: object) -> _Totals:
+    if not isinstance(hlo_text, str):
+        return _Totals()
+    total = _Totals()
+    for chunk in _split_modules(hlo_text):
+        try:
+            module = _Module(chunk)
+            total = sum((module.totals(root) for root in module.roots()), total)
+        except Exception:  # a monitor must survive any text; one bad module hides no others
+            continue
+    return total
+
+
+def custom_call_gemm_flops(hlo_text: str) -> float:
+    """FLOPs of the GEMM custom-calls of one run of the program(s) in ``hlo_text``.
+
+    Add this to ``cost_analysis()['flops']``, which leaves these calls out. Per device for
+    SPMD programs, like the cost analysis itself. 0.0 when there are none (CPU, TPU).
+    """
+    return _module_totals(hlo_text).flops
+
+
+def gemm_custom_call_count(hlo_text: str) -> int:
+    """Number of GEMM custom-calls one run executes, counted like custom_call_gemm_flops."""
+    return _module_totals(hlo_text).count
+
+
+def find_gemm_custom_calls(hlo_text: str) -> list[GemmCall]:
+    """Every GEMM custom-call instruction in the text, once each, with its own FLOPs."""
+    if not isinstance(hlo_text, str):
+        return []
+    calls: list[GemmCall] = []
+    for chunk in _split_modules(hlo_text):
+        try:
+            module = _Module(chunk)
+            for computation, instruction, target in module.gemm_calls():
+                flops = module.flops_of(computation, instruction)
+                calls.append(GemmCall(instruction.name, computation.name, target, flops))
+        except Exception:  # same policy as _module_totals
+            continue
+    return calls
