@@ -1,0 +1,5 @@
+import sys
+
+from xmon.cli.main import main
+
+sys.exit(main())

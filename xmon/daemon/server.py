@@ -1,0 +1,153 @@
+"""gRPC services on the daemon's unix socket: agent ingest and the views' control API.
+
+Everything here runs on the daemon's asyncio loop (grpc.aio), so one thread serves any number
+of agent streams; state is only touched from that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from xmon import __version__
+from xmon.daemon.jobs import JobState
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+log = logging.getLogger("xmon.daemon")
+
+SUPPORTED_PROTOCOLS = frozenset({1})
+HELLO_TIMEOUT_SECONDS = 10.0
+SUBSCRIBER_BUFFER = 2
+
+
+@dataclass
+class IngestCounters:
+    reports_received: int = 0
+    reports_rejected: int = 0
+    disconnects: int = 0
+
+
+@dataclass
+class Hub:
+    """State shared by the services and the snapshot loop (asyncio loop only)."""
+
+    period_seconds: float
+    jobs: dict[int, JobState] = field(default_factory=dict)
+    counters: IngestCounters = field(default_factory=IngestCounters)
+    latest: xmon_pb2.SnapshotMessage | None = None
+    subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def publish(self, message: xmon_pb2.SnapshotMessage) -> None:
+        self.latest = message
+        for queue in self.subscribers:
+            if queue.full():  # a slow view skips frames instead of growing memory
+                queue.get_nowait()
+            queue.put_nowait(message)
+
+
+class IngestService(xmon_pb2_grpc.IngestServicer):
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+
+    async def Connect(  # noqa: N802 - gRPC method name
+        self, request_iterator: AsyncIterator[xmon_pb2.AgentMessage], context: grpc.aio.ServicerContext
+    ) -> None:
+        hello = await self._read_hello(context)
+        if hello is None:
+            return
+        hub = self._hub
+        stream_id = hub.next_id()
+        self._replace_same_process(hello.pid)
+        hub.jobs[stream_id] = JobState(hello=hello, connected_at=time.time())
+        log.info("agent attached: job %r pid %d", hello.job_name, hello.pid)
+        try:
+            welcome = xmon_pb2.Welcome(
+                protocol_version=xmon_pb2.PROTOCOL_VERSION,
+                daemon_version=__version__,
+                period_seconds=hub.period_seconds,
+            )
+            await context.write(xmon_pb2.DaemonMessage(welcome=welcome))
+            await self._read_reports(context, stream_id)
+        finally:
+            state = hub.jobs.pop(stream_id, None)
+            hub.counters.disconnects += 1
+            if state is not None:
+                log.info("agent detached: job %r pid %d", state.job_name, state.pid)
+
+    def _replace_same_process(self, pid: int) -> None:
+        # An agent that reconnects before its old stream timed out must not appear twice.
+        for stream_id, state in list(self._hub.jobs.items()):
+            if state.pid == pid:
+                del self._hub.jobs[stream_id]
+
+    async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
+        try:
+            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT_SECONDS)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no hello within 10 s")
+            return None
+        if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
+            self._hub.counters.reports_rejected += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be a hello")
+            return None
+        hello = first.hello
+        if hello.protocol_version not in SUPPORTED_PROTOCOLS:
+            self._hub.counters.reports_rejected += 1
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"protocol version {hello.protocol_version} not supported by daemon "
+                f"{__version__} (supports {sorted(SUPPORTED_PROTOCOLS)})",
+            )
+            return None
+        return hello
+
+    async def _read_reports(self, context: grpc.aio.ServicerContext, stream_id: int) -> None:
+        hub = self._hub
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                return
+            kind = message.WhichOneof("kind")
+            state = hub.jobs.get(stream_id)
+            if state is None:  # replaced by a newer stream of the same process
+                return
+            if kind == "report":
+                hub.counters.reports_received += 1
+                state.apply(message.report, time.time(), time.monotonic())
+            elif kind != "result":
+                hub.counters.reports_rejected += 1
+
+
+class ControlService(xmon_pb2_grpc.ControlServicer):
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+
+    async def Subscribe(  # noqa: N802
+        self, request: xmon_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[xmon_pb2.SnapshotMessage]:
+        queue: asyncio.Queue[xmon_pb2.SnapshotMessage] = asyncio.Queue(SUBSCRIBER_BUFFER)
+        if self._hub.latest is not None:
+            queue.put_nowait(self._hub.latest)
+        self._hub.subscribers.add(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._hub.subscribers.discard(queue)
+
+    async def GetSnapshot(  # noqa: N802
+        self, request: xmon_pb2.GetSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> xmon_pb2.SnapshotMessage:
+        if self._hub.latest is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "daemon is starting: no snapshot yet")
+        return self._hub.latest

@@ -1,0 +1,183 @@
+"""The daemon: one snapshot per period from agents and collectors, handed to every exporter.
+
+Never imports jax: it starts in well under a second and holds no accelerator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import grpc
+
+from xmon import __version__
+from xmon.collectors.base import CollectContext, CollectorRunner
+from xmon.config import DaemonConfig
+from xmon.daemon.jobs import JobBuilder
+from xmon.daemon.server import ControlService, Hub, IngestService
+from xmon.exporters.prometheus import MetricsEndpoint
+from xmon.model import DaemonStats, Snapshot, snapshot_to_dict
+from xmon.peaks import PeakTable
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+log = logging.getLogger("xmon.daemon")
+
+SOCKET_MODE = 0o660
+
+
+class DaemonError(RuntimeError):
+    """A reason the daemon cannot start, worded for the person who started it."""
+
+
+def prepare_socket(path: Path) -> None:
+    """Create the socket's directory; remove a stale socket, refuse to steal a live one."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except OSError as exc:
+        raise DaemonError(f"cannot create socket directory {path.parent}: {exc.strerror}") from exc
+    if not path.exists() and not path.is_symlink():
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # nobody listens: left over from a daemon that died
+        return
+    finally:
+        probe.close()
+    raise DaemonError(f"another xmon daemon is already listening on {path} (use --socket)")
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, collectors: list[str]) -> None:
+        self.config = config
+        self.hub = Hub(period_seconds=config.period_seconds)
+        self.runner = CollectorRunner(collectors, timeout=max(0.5, config.period_seconds))
+        self.builder = JobBuilder(PeakTable(config.peaks))
+        self.endpoint = MetricsEndpoint(program_limit=config.program_series_limit)
+        self.hostname = socket.gethostname()
+        self.started_at = time.time()
+        self._seq = 0
+        self._stop: asyncio.Event | None = None
+        self.metrics_port: int | None = None
+
+    def request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    async def run(self) -> None:
+        self._stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        server = await self._start_grpc()
+        try:
+            self.endpoint.start(self.config.listen_host, self.config.listen_port)
+            self.metrics_port = self.endpoint.port
+            log.info(
+                "xmon daemon %s: agents on %s, metrics on http://%s:%d/metrics",
+                __version__, self.config.socket_path, self.config.listen_host, self.metrics_port,
+            )  # fmt: skip
+            await self._tick_forever()
+        finally:
+            await server.stop(grace=1.0)
+            self.endpoint.stop()
+            self.runner.close()
+            _unlink_quietly(self.config.socket_path)
+            log.info("xmon daemon stopped")
+
+    async def _start_grpc(self) -> grpc.aio.Server:
+        prepare_socket(self.config.socket_path)
+        limit = self.config.max_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ]
+        )
+        xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
+        xmon_pb2_grpc.add_ControlServicer_to_server(ControlService(self.hub), server)
+        address = f"unix://{self.config.socket_path.absolute()}"
+        try:
+            if server.add_insecure_port(address) == 0:
+                raise RuntimeError("bind failed")
+        except RuntimeError as exc:
+            raise DaemonError(f"cannot listen on {self.config.socket_path}: {exc}") from exc
+        await server.start()
+        os.chmod(self.config.socket_path, SOCKET_MODE)
+        return server
+
+    async def _tick_forever(self) -> None:
+        assert self._stop is not None
+        period = self.config.period_seconds
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            await self.tick()
+            next_tick += period
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # fell behind (suspended, overloaded): do not burst to catch up
+                next_tick, delay = time.monotonic(), 0.0
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    async def tick(self) -> Snapshot:
+        snapshot = await self.build_snapshot()
+        self.endpoint.update(snapshot)
+        payload = json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
+        self.hub.publish(
+            xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
+        )
+        return snapshot
+
+    async def build_snapshot(self) -> Snapshot:
+        now = time.monotonic()
+        live = {
+            stream_id: state
+            for stream_id, state in self.hub.jobs.items()
+            if state.report is None
+            or now - state.last_report_monotonic < self.config.agent_timeout_seconds
+        }
+        pids = tuple(sorted({state.pid for state in live.values()}))
+        output, health = await asyncio.to_thread(
+            self.runner.run, CollectContext(pids=pids, monotonic=now)
+        )
+        jobs = tuple(
+            self.builder.build(state, output.processes.get(state.pid))
+            for state in sorted(live.values(), key=lambda s: (s.job_name, s.pid))
+        )
+        self._seq += 1
+        counters = self.hub.counters
+        return Snapshot(
+            seq=self._seq,
+            wall_time=time.time(),
+            monotonic=now,
+            hostname=self.hostname,
+            daemon=DaemonStats(
+                version=__version__,
+                started_at=self.started_at,
+                agents_connected=len(self.hub.jobs),
+                reports_received_total=counters.reports_received,
+                reports_rejected_total=counters.reports_rejected,
+                agents_disconnected_total=counters.disconnects,
+            ),
+            host=output.host,
+            devices=output.devices,
+            jobs=jobs,
+            collectors=health,
+        )
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
