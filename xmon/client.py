@@ -62,7 +62,9 @@ class DaemonClient:
                 timeout=max(self._timeout, 5.0),
             )
         except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and "no snapshot yet" in (exc.details() or ""):
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and "no snapshot yet" in (
+                exc.details() or ""
+            ):
                 return self._first_from_stream()
             raise self._unavailable(exc) from exc
         return decode(message)

@@ -96,6 +96,38 @@ class HardwareCounters:
     duty_cycle_ratio: float | None = None
     power_watts: float | None = None
     temperature_celsius: float | None = None
+    # GPU (NVML, see xmon.collectors.nvml). Rates cover the last period; *_total are counters.
+    memory_reserved_bytes: int | None = None  # nvmlDeviceGetMemoryInfo_v2 .reserved (driver)
+    memory_busy_ratio: float | None = None  # nvmlDeviceGetUtilizationRates().memory / 100
+    sm_active_ratio: float | None = None  # GPM NVML_GPM_METRIC_SM_UTIL / 100 (Hopper+)
+    sm_occupancy_ratio: float | None = None  # GPM NVML_GPM_METRIC_SM_OCCUPANCY / 100
+    tensor_active_ratio: float | None = None  # GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL / 100
+    dram_active_ratio: float | None = None  # GPM NVML_GPM_METRIC_DRAM_BW_UTIL / 100
+    power_limit_watts: float | None = None  # nvmlDeviceGetEnforcedPowerLimit / 1000
+    energy_joules_total: float | None = None  # nvmlDeviceGetTotalEnergyConsumption / 1000
+    sm_clock_hertz: float | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM) * 1e6
+    memory_clock_hertz: float | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) * 1e6
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    nvlink_tx_bytes_per_second: float | None = None  # all links together
+    nvlink_rx_bytes_per_second: float | None = None
+    ecc_corrected_errors_total: int | None = None  # volatile: since the driver loaded
+    ecc_uncorrected_errors_total: int | None = None
+    ecc_corrected_errors_aggregate_total: int | None = None  # aggregate: device lifetime
+    ecc_uncorrected_errors_aggregate_total: int | None = None
+    xid_errors_total: int | None = None  # XID events seen since the daemon started
+    last_xid: int | None = None  # code of the latest of those events
+
+
+@dataclass(frozen=True)
+class DeviceProcess:
+    """A process holding memory on a device, as the hardware collector sees it.
+
+    For NVML: nvmlDeviceGetComputeRunningProcesses (pid as the host's PID namespace sees it).
+    """
+
+    pid: int
+    memory_used_bytes: int | None = None  # usedGpuMemory; None where the driver cannot tell
 
 
 @dataclass(frozen=True)
@@ -110,6 +142,7 @@ class Device:
     uuid: str | None = None
     pci_bus_id: str | None = None
     pids: tuple[int, ...] = ()
+    processes: tuple[DeviceProcess, ...] = ()  # per-process memory where the source has it
 
 
 @dataclass(frozen=True)

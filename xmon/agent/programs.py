@@ -126,7 +126,11 @@ def describe_executable(computation: Any, executable: Any) -> ProgramRecord:
     except Exception:  # noqa: BLE001 - backends without memory analysis
         memory = {}
     flops_xla = _optional_float(costs, "flops")
-    extra = _custom_call_flops(executable) if _platform(executable) in _CUSTOM_CALL_GEMM_PLATFORMS else 0.0
+    extra = (
+        _custom_call_flops(executable)
+        if _platform(executable) in _CUSTOM_CALL_GEMM_PLATFORMS
+        else 0.0
+    )
     flops = None if flops_xla is None else flops_xla + (extra or 0.0)
     return ProgramRecord(
         fingerprint=_fingerprint(executable, name),

@@ -23,8 +23,10 @@ DEMO_CPU_PEAK = {"cpu": {"flops_per_second": 5e10, "memory_bytes_per_second": 1e
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", default=f"127.0.0.1:{paths.DEFAULT_METRICS_PORT}",
-                        help="/metrics address of the demo daemon (default %(default)s)")  # fmt: skip
+    default_listen = f"127.0.0.1:{paths.DEFAULT_METRICS_PORT}"
+    parser.add_argument(
+        "--listen", default=default_listen, help="/metrics address (default %(default)s)"
+    )
     parser.add_argument("--devices", type=int, default=4, help="virtual CPU devices (default 4)")
     parser.add_argument("--steps", type=int, default=0, help="training steps (0 = until Ctrl-C)")
     parser.add_argument("--socket", help="daemon socket (default: a fresh temporary one)")

@@ -35,10 +35,26 @@ def _demo(parser: argparse.ArgumentParser) -> Handler:
     return demo.main
 
 
+def _monitor(parser: argparse.ArgumentParser) -> Handler:
+    from xmon.cli import monitor
+
+    monitor.add_arguments(parser)
+    return monitor.main
+
+
+def _top(parser: argparse.ArgumentParser) -> Handler:
+    from xmon.cli import top
+
+    top.add_arguments(parser)
+    return top.main
+
+
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "daemon": ("run the per-host monitoring daemon", _daemon),
     "run": ("run a command with the xmon agent attached to its JAX job", _run),
     "demo": ("start a daemon and a small JAX training job on CPU to see xmon live", _demo),
+    "monitor": ("print a JSON report per period, one a line (like neuron-monitor)", _monitor),
+    "top": ("interactive full-screen view of devices, jobs, programs and compiles", _top),
 }
 
 

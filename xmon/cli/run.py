@@ -14,7 +14,9 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "_bootstrap"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-name", help="name shown for this job (default: script name)")
     parser.add_argument("--period", type=float, help="agent report period in seconds")
-    parser.add_argument("--socket", help="daemon socket (default: $XMON_SOCKET or the standard one)")
+    parser.add_argument(
+        "--socket", help="daemon socket (default: $XMON_SOCKET or the standard one)"
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
 
 
@@ -35,7 +37,9 @@ def agent_environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str
 def main(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
-        print("xmon run: give the command to run, e.g. xmon run -- python train.py", file=sys.stderr)
+        print(
+            "xmon run: give the command to run, e.g. xmon run -- python train.py", file=sys.stderr
+        )
         return 2
     if args.period is not None and not 0.01 <= args.period <= 3600:
         print(f"xmon run: --period must be 0.01-3600 seconds, got {args.period}", file=sys.stderr)

@@ -226,8 +226,7 @@ class JobBuilder:
             _peak_field(self._peaks, d.info.device_kind, "flops_per_second") for d in devices
         )
         peak_bytes = derived.sum_known(
-            _peak_field(self._peaks, d.info.device_kind, "memory_bytes_per_second")
-            for d in devices
+            _peak_field(self._peaks, d.info.device_kind, "memory_bytes_per_second") for d in devices
         )
         if not devices:
             peak_flops = peak_bytes = None

@@ -60,7 +60,9 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         self._hub = hub
 
     async def Connect(  # noqa: N802 - gRPC method name
-        self, request_iterator: AsyncIterator[xmon_pb2.AgentMessage], context: grpc.aio.ServicerContext
+        self,
+        request_iterator: AsyncIterator[xmon_pb2.AgentMessage],
+        context: grpc.aio.ServicerContext,
     ) -> None:
         hello = await self._read_hello(context)
         if hello is None:

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import os
+
+# Before any test module imports jax: several virtual CPU devices, CPU backend only.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import shutil  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+from procs import Daemon, Prometheus, start_daemon, start_prometheus
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A real `xmon daemon` on a temporary socket and a free metrics port."""
+    proc = start_daemon(tmp_path / "daemon")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def prometheus_for(tmp_path: Path) -> Iterator[object]:
+    """Factory: a real Prometheus scraping the given targets every second."""
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus not installed (apt-get install -y prometheus)")
+    started: list[Prometheus] = []
+
+    def start(targets: list[str], rule_files: list[Path] = ()) -> Prometheus:
+        prom = start_prometheus(tmp_path / f"prometheus{len(started)}", targets, rule_files)
+        started.append(prom)
+        return prom
+
+    yield start
+    for prom in started:
+        prom.stop()

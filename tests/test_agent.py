@@ -1,0 +1,216 @@
+"""The in-job agent, in this process, with real JAX on CPU (several virtual devices)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import xmon
+from xmon.agent import compiles as compiles_module
+from xmon.agent.core import Agent, default_job_name
+from xmon.agent.programs import normalise_cost_analysis
+from xmon.agent.steps import StepTimer
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[Agent]:
+    """An attached agent with no daemon behind its socket."""
+    attached = xmon.attach(job_name="unit", period=60, socket_path=tmp_path / "absent.sock")
+    yield attached
+    xmon.detach()
+
+
+def _program(agent: Agent, name: str):  # type: ignore[no-untyped-def]
+    record = agent.compiles.program_by_name(name)
+    assert record is not None, [p.name for p in agent.compiles.programs()]
+    return record
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 32, 16), (128, 256, 8), (1, 7, 3)])
+def test_matmul_flops_are_exactly_2mnk(agent: Agent, m: int, k: int, n: int) -> None:
+    def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+        return a @ b
+
+    matmul.__name__ = f"matmul_{m}_{k}_{n}"
+    jax.jit(matmul)(jnp.ones((m, k)), jnp.ones((k, n))).block_until_ready()
+    record = _program(agent, f"jit_matmul_{m}_{k}_{n}")
+    assert record.flops == 2 * m * n * k
+    assert record.flops_xla == 2 * m * n * k
+    assert record.argument_bytes == 4 * (m * k + k * n)
+    assert record.output_bytes == 4 * m * n
+    assert record.fun_name == f"jit(matmul_{m}_{k}_{n})"
+    assert record.compile_seconds is not None and record.compile_seconds > 0
+
+
+def test_sharded_program_reports_per_device_cost_and_its_device_count(agent: Agent) -> None:
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((4,), ("d",), axis_types=(AxisType.Auto,))
+    x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, PartitionSpec("d")))
+    w = jax.device_put(jnp.ones((32, 16)), NamedSharding(mesh, PartitionSpec()))
+
+    @jax.jit
+    def sharded_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+        return x @ w
+
+    sharded_matmul(x, w).block_until_ready()
+    record = _program(agent, "jit_sharded_matmul")
+    assert record.num_devices == 4
+    assert record.flops == 2 * (64 // 4) * 16 * 32  # per device, as XLA reports it
+
+
+def test_compile_events_are_counted_and_recompiles_detected(agent: Agent) -> None:
+    before = agent.compiles.stats()
+
+    @jax.jit
+    def recompiled(x: jax.Array) -> jax.Array:
+        return x * 2
+
+    recompiled(jnp.ones(3))
+    recompiled(jnp.ones(3))  # cached: no compile
+    recompiled(jnp.ones(5))  # new shape: recompile
+    after = agent.compiles.stats()
+    assert after.compiles_total >= before.compiles_total + 2
+    assert after.recompiles_total >= before.recompiles_total + 1
+    assert after.backend_compile_seconds_total > before.backend_compile_seconds_total
+    names = [e.fun_name for e in agent.compiles.take_events()]
+    assert names.count("jit(recompiled)") == 2
+
+
+def test_programs_compiled_inside_steps_are_marked(agent: Agent) -> None:
+    @jax.jit
+    def outside(x: jax.Array) -> jax.Array:
+        return x + 1
+
+    @jax.jit
+    def inside(x: jax.Array) -> jax.Array:
+        return x - 1
+
+    outside(jnp.ones(2))
+    with xmon.step():
+        inside(jnp.ones(2))
+    assert not _program(agent, "jit_outside").in_step
+    assert _program(agent, "jit_inside").in_step
+
+
+def test_cpu_memory_falls_back_to_live_array_bytes(agent: Agent) -> None:
+    arrays = [jax.device_put(jnp.ones(1000, jnp.float32), d) for d in jax.local_devices()]
+    agent._refresh_devices()
+    message, _ = agent.build_report()
+    samples = {s.device_id: s for s in message.report.memory}
+    assert set(samples) == {0, 1, 2, 3}
+    for sample in samples.values():
+        assert dict(sample.stats) == {}  # CPU has no allocator stats
+        assert sample.live_array_bytes >= 4000
+    assert [d.device_kind for d in message.report.devices] == ["cpu"] * 4
+    del arrays
+
+
+def test_report_without_daemon_is_dropped_and_counted(agent: Agent) -> None:
+    agent._report_once()
+    agent._report_once()
+    assert agent.transport.counters.reports_dropped >= 2
+    message, _ = agent.build_report()
+    assert message.report.agent.reports_dropped_total >= 2
+
+
+def test_a_failing_listener_never_reaches_user_code(agent: Agent, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("analysis exploded")
+
+    monkeypatch.setattr(compiles_module, "describe_executable", broken)
+
+    @jax.jit
+    def still_works(x: jax.Array) -> jax.Array:
+        return x * 3
+
+    assert float(still_works(jnp.ones(())).block_until_ready()) == 3.0
+
+
+def test_attach_is_idempotent_and_detach_restores_the_compile_hook(tmp_path: Path) -> None:
+    from jax._src import compiler
+
+    original = compiler.compile_or_get_cached
+    first = xmon.attach(job_name="a", socket_path=tmp_path / "s.sock")
+    assert xmon.attach(job_name="b") is first
+    assert compiler.compile_or_get_cached is not original
+    xmon.detach()
+    assert compiler.compile_or_get_cached is original
+    assert not xmon.is_attached()
+
+
+def test_step_api_without_agent_is_a_no_op() -> None:
+    assert not xmon.is_attached()
+    with xmon.step():
+        pass
+
+    @xmon.step
+    def f(x: int) -> int:
+        return x + 1
+
+    assert f(1) == 2
+
+
+def test_step_timer_uses_start_to_start_intervals() -> None:
+    now = [0.0]
+    timer = StepTimer(clock=lambda: now[0])
+    for start, end in [(0.0, 0.5), (1.0, 1.1), (3.0, 3.2)]:
+        now[0] = start
+        timer.begin()
+        now[0] = end
+        timer.end()
+    assert timer.take_recent() == [0.5, 1.0, 2.0]  # first step: its own duration
+    assert timer.steps_total == 3
+    assert timer.step_seconds_total == pytest.approx(3.5)
+
+
+def test_nested_steps_count_once() -> None:
+    timer = StepTimer()
+    with timer.step():
+        with timer.step():
+            assert timer.in_step()
+    assert timer.steps_total == 1 and not timer.in_step()
+
+
+def test_step_trace_annotation_counts_as_a_step(agent: Agent) -> None:
+    before = agent.steps.steps_total
+    for i in range(3):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            pass
+    assert agent.steps.steps_total == before + 3
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (None, {}),
+        ([], {}),
+        ([{"flops": 2.0}], {"flops": 2.0}),  # jax <= 0.4.37
+        ({"flops": 3, "bytes accessed": 4.0, "x": "text"}, {"flops": 3.0, "bytes accessed": 4.0}),
+    ],
+)
+def test_cost_analysis_normalisation(raw: object, expected: dict[str, float]) -> None:
+    assert normalise_cost_analysis(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "argv,env,expected",
+    [
+        (["train.py", "--lr", "1"], {}, "train"),
+        (["/x/y/finetune.py"], {}, "finetune"),
+        (["-m"], {}, "python"),
+        (["train.py"], {"XMON_JOB_NAME": "named"}, "named"),
+    ],
+)
+def test_default_job_name(argv: list[str], env: dict[str, str], expected: str) -> None:
+    assert default_job_name(argv, env) == expected
+
+
+def test_attach_rejects_a_bad_period(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="period must be between"):
+        xmon.attach(period=0, socket_path=tmp_path / "s.sock")
+    assert not xmon.is_attached()
