@@ -21,6 +21,7 @@ from prometheus_client.core import (
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME, MetricSpec
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, Snapshot
 
+from .prometheus_gpu import add_gpu_series
 from .prometheus_programs import PROGRAM_VALUES, rank_programs
 
 Number = int | float
@@ -117,8 +118,9 @@ def snapshot_families(
     b = self_families(snapshot.daemon.version, snapshot.schema_version, up=True)
     _daemon(b, snapshot)
     _host(b, snapshot)
+    job_names = {job.pid: job.job_name for job in snapshot.jobs}
     for device in snapshot.devices:
-        _device(b, device)
+        _device(b, device, job_names)
     for job in snapshot.jobs:
         _job(b, job, program_limit)
     return b.families()
@@ -151,7 +153,7 @@ def _host(b: FamilyBuilder, s: Snapshot) -> None:
     b.add("xmon_host_load1", (), h.load_average_1m)
 
 
-def _device(b: FamilyBuilder, d: Device) -> None:
+def _device(b: FamilyBuilder, d: Device, job_names: dict[int, str]) -> None:
     key = (d.index, d.device_kind, d.platform)
     b.info("xmon_device_info", (*key, d.uuid, d.pci_bus_id, d.source))
     hw = d.hardware
@@ -161,6 +163,7 @@ def _device(b: FamilyBuilder, d: Device) -> None:
     b.add("xmon_device_duty_cycle_ratio", key, hw.duty_cycle_ratio)
     b.add("xmon_device_power_watts", key, hw.power_watts)
     b.add("xmon_device_temperature_celsius", key, hw.temperature_celsius)
+    add_gpu_series(b, d, key, job_names)
 
 
 # --- jobs ------------------------------------------------------------------------------------

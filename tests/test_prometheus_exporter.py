@@ -35,6 +35,7 @@ from xmon.model import (
     Device,
     DeviceInfo,
     DeviceMemory,
+    DeviceProcess,
     HardwareCounters,
     HostSample,
     Job,
@@ -104,6 +105,19 @@ def eval_job() -> Job:
     )  # fmt: skip
 
 
+# every NVML-only field of HardwareCounters, so each GPU family is emitted once
+GPU_COUNTERS: dict[str, float] = dict(
+    memory_reserved_bytes=512 * 2**20, memory_busy_ratio=0.4, sm_active_ratio=0.7,
+    sm_occupancy_ratio=0.3, tensor_active_ratio=0.5, dram_active_ratio=0.6,
+    power_limit_watts=700.0, energy_joules_total=1e6, sm_clock_hertz=1.98e9,
+    memory_clock_hertz=2.619e9, pcie_tx_bytes_per_second=1e9, pcie_rx_bytes_per_second=2e9,
+    nvlink_tx_bytes_per_second=3e11, nvlink_rx_bytes_per_second=3e11,
+    ecc_corrected_errors_total=1, ecc_uncorrected_errors_total=0,
+    ecc_corrected_errors_aggregate_total=5, ecc_uncorrected_errors_aggregate_total=0,
+    xid_errors_total=1, last_xid=79,
+)  # fmt: skip
+
+
 def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
     return Snapshot(
         seq=seq, wall_time=1_700_000_200.0, monotonic=10.0, hostname="node0",
@@ -113,8 +127,10 @@ def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
         host=HostSample("node0", 16, 0.25, 64 * 2**30, 16 * 2**30, 48 * 2**30, 1.5),
         devices=(
             Device(0, "gpu", "NVIDIA H100 80GB HBM3", "nvml",
-                   HardwareCounters(10 * 2**30, 80 * 2**30, 0.9, 0.8, 350.0, 60.0),
-                   uuid="GPU-abc", pci_bus_id="0000:01:00.0"),
+                   HardwareCounters(10 * 2**30, 80 * 2**30, 0.9, 0.8, 350.0, 60.0,
+                                    **GPU_COUNTERS),
+                   uuid="GPU-abc", pci_bus_id="0000:01:00.0",
+                   processes=(DeviceProcess(1000, 9 * 2**30), DeviceProcess(3000))),
             Device(1, "gpu", "NVIDIA H100 80GB HBM3", "nvml", HardwareCounters()),
         ),
         jobs=(train_job(), eval_job()) if jobs is None else jobs,

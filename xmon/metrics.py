@@ -178,6 +178,54 @@ _PROCESS_METRICS = (
 )
 
 _HW = "Snapshot.devices[].hardware."
+_GPM = " (NVML GPM, Hopper and later; like DCGM's profiling fields)"
+_GPU_METRICS = (  # the nvml collector's; see docs/gpu.md
+    _g("xmon_device_memory_reserved_bytes", "Device memory the driver reserves for itself, "
+       "outside used and free (NVML memory info v2).", DEVICE, "bytes",
+       _HW + "memory_reserved_bytes"),
+    _g("xmon_device_memory_busy_ratio", "Fraction of time device memory was being read or "
+       "written (NVML utilization.memory).", DEVICE, "ratio", _HW + "memory_busy_ratio"),
+    _g("xmon_device_sm_active_ratio", "Fraction of SMs busy, averaged over the period" + _GPM
+       + ".", DEVICE, "ratio", _HW + "sm_active_ratio"),
+    _g("xmon_device_sm_occupancy_ratio", "Resident warps over the SMs' maximum" + _GPM + ".",
+       DEVICE, "ratio", _HW + "sm_occupancy_ratio"),
+    _g("xmon_device_tensor_active_ratio", "Fraction of time the SMs ran tensor-core "
+       "instructions" + _GPM + ".", DEVICE, "ratio", _HW + "tensor_active_ratio"),
+    _g("xmon_device_dram_active_ratio", "Device memory bandwidth used over its peak" + _GPM
+       + ".", DEVICE, "ratio", _HW + "dram_active_ratio"),
+    _g("xmon_device_power_limit_watts", "Enforced power limit (NVML).",
+       DEVICE, "watts", _HW + "power_limit_watts"),
+    _c("xmon_device_energy_joules_total", "Energy used since the driver loaded (NVML).",
+       DEVICE, "joules", _HW + "energy_joules_total"),
+    _g("xmon_device_sm_clock_hertz", "Current SM clock (NVML).",
+       DEVICE, "hertz", _HW + "sm_clock_hertz"),
+    _g("xmon_device_memory_clock_hertz", "Current memory clock (NVML).",
+       DEVICE, "hertz", _HW + "memory_clock_hertz"),
+    _g("xmon_device_pcie_tx_bytes_per_second", "PCIe bytes sent by the device per second over "
+       "the last period (NVML).", DEVICE, "", _HW + "pcie_tx_bytes_per_second"),
+    _g("xmon_device_pcie_rx_bytes_per_second", "PCIe bytes received by the device per second "
+       "over the last period (NVML).", DEVICE, "", _HW + "pcie_rx_bytes_per_second"),
+    _g("xmon_device_nvlink_tx_bytes_per_second", "NVLink data bytes sent per second over the "
+       "last period, all links (NVML).", DEVICE, "", _HW + "nvlink_tx_bytes_per_second"),
+    _g("xmon_device_nvlink_rx_bytes_per_second", "NVLink data bytes received per second over "
+       "the last period, all links (NVML).", DEVICE, "",
+       _HW + "nvlink_rx_bytes_per_second"),
+    _c("xmon_device_ecc_errors_total", "ECC errors since the driver loaded (NVML volatile "
+       "counters), by error_type: corrected or uncorrected.", (*DEVICE, "error_type"), "",
+       _HW + "ecc_*_errors_total"),
+    _c("xmon_device_ecc_errors_aggregate_total", "ECC errors over the device's lifetime (NVML "
+       "aggregate counters), by error_type: corrected or uncorrected.",
+       (*DEVICE, "error_type"), "", _HW + "ecc_*_errors_aggregate_total"),
+    _c("xmon_device_xid_errors_total", "XID errors reported by the driver since the daemon "
+       "started (NVML events).", DEVICE, "", _HW + "xid_errors_total"),
+    _g("xmon_device_last_xid", "Code of the latest XID error since the daemon started.",
+       DEVICE, "", _HW + "last_xid"),
+    _g("xmon_device_process_memory_used_bytes", "Device memory held by one process (NVML "
+       "compute processes); job_name is set when the pid is a job with the agent. With JAX's "
+       "default preallocation this is the reserved pool, not live arrays: compare "
+       "xmon_job_device_memory_in_use_bytes.", (*DEVICE, "pid", "job_name"), "bytes",
+       "Snapshot.devices[].processes[].memory_used_bytes"),
+)
 _DEVICE_METRICS = (
     _i("xmon_device_info", "An accelerator found on this host by a hardware collector "
        "(always 1). device is the collector's local index.",
@@ -193,6 +241,7 @@ _DEVICE_METRICS = (
     _g("xmon_device_power_watts", "Power draw (NVML).", DEVICE, "watts", _HW + "power_watts"),
     _g("xmon_device_temperature_celsius", "Temperature (NVML).",
        DEVICE, "celsius", _HW + "temperature_celsius"),
+    *_GPU_METRICS,
 )
 
 _HOST_METRICS = (

@@ -5,7 +5,10 @@ Importing this package registers every built-in collector; the daemon then build
 :class:`CollectorRunner`.
 """
 
-from xmon.collectors import host  # noqa: F401  (registers "host")
+from xmon.collectors import (
+    host,  # noqa: F401  (registers "host")
+    nvml,  # noqa: F401  (registers "nvml")
+)
 from xmon.collectors.base import (
     REGISTRY,
     CollectContext,
