@@ -1,0 +1,1 @@
+"""``xmon top``: the interactive terminal view. Imports textual, never jax."""

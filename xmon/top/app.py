@@ -1,0 +1,312 @@
+"""``xmon top``: a textual app laid out after neuron-top and nvitop.
+
+Title bar with host summary; views (overview: device panel + jobs table; memory summary and
+tree; programs; compiles; history sparklines); a tab per job at the bottom. Snapshots come from
+any iterable (:mod:`xmon.top.feed`), so tests drive the app with constructed snapshots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+
+from xmon.model import Snapshot
+from xmon.top import panels
+from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
+from xmon.top.help import CAPTURE_UNAVAILABLE, CaptureUnavailable, HelpScreen, daemon_capture
+from xmon.top.history import History
+from xmon.top.memory import MemoryTree, memory_summary
+from xmon.top.tables import (
+    SortableTable,
+    compile_items,
+    compiles_table,
+    jobs_table,
+    program_items,
+    programs_table,
+)
+from xmon.top.viewmodel import device_rows, jobs_in_scope
+
+VIEWS = ("overview", "memory", "programs", "compiles", "history")
+SORTED_TABLE = {"overview": "#jobs", "programs": "#programs-table", "compiles": "#compiles-table"}
+Capture = Callable[[int], str]
+
+
+class FeedMessage(Message):
+    def __init__(self, event: FeedEvent) -> None:
+        super().__init__()
+        self.event = event
+
+
+class XmonTop(App[None]):
+    TITLE = "xmon top"
+    CSS = """
+    #title { height: 2; background: $boost; }
+    #views { height: 1fr; }
+    #tabs { height: 1; }
+    #devices { height: auto; max-height: 50%; }
+    #jobs-label, #programs-label, #compiles-label { height: 1; color: $text-muted; }
+    #jobs, #programs-table, #compiles-table { height: 1fr; }
+    #memory-summary, #compile-summary { height: auto; max-height: 40%; }
+    #memory-tree { height: 1fr; }
+    TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("v", "cycle_view(1)", "view"),
+        Binding("V", "cycle_view(-1)", "view", show=False),
+        *(Binding(k, f"show_view('{v}')", v, show=False) for k, v in zip("ompch", VIEWS)),  # noqa: B905
+        *(Binding(str(n), f"job_tab({n})", f"tab {n}", show=False) for n in range(1, 10)),
+        Binding("a", "step_tab(-1)", "prev tab", show=False),
+        Binding("d", "step_tab(1)", "next tab", show=False),
+        Binding("s", "sort", "sort"),
+        Binding("r", "reverse", "reverse", show=False),
+        Binding("z,space", "pause", "pause"),
+        Binding("t", "capture", "trace"),
+        Binding("x", "toggle_tree", "expand", show=False),
+    ]  # fmt: skip
+
+    def __init__(
+        self,
+        source: Iterable[FeedEvent],
+        capture: Capture | None = None,
+        refresh_seconds: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.feed = FeedThread(source, self.post_message_from_feed)
+        self.capture_call = capture
+        self.refresh_seconds = refresh_seconds
+        self.snapshot: Snapshot | None = None
+        self.pending: Snapshot | None = None
+        self.status = FeedStatus(False, "waiting for the first snapshot")
+        self.paused = False
+        self.tab_pid: int | None = None  # None: the "all" tab
+        self.history = History()
+        self.captures: list[int] = []  # pids a capture was requested for (shown in tests)
+
+    def post_message_from_feed(self, event: FeedEvent) -> bool:
+        return self.post_message(FeedMessage(event))
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        with TabbedContent(initial="overview", id="views"):
+            with TabPane("Overview", id="overview"):
+                yield Static(id="devices")
+                yield Static("Jobs", id="jobs-label")
+                yield jobs_table(id="jobs")
+            with TabPane("Memory", id="memory"):
+                yield Static(id="memory-summary")
+                yield MemoryTree(id="memory-tree")
+            with TabPane("Programs", id="programs"):
+                yield Static(id="programs-label")
+                yield programs_table(id="programs-table")
+            with TabPane("Compiles", id="compiles"):
+                yield Static(id="compile-summary")
+                yield Static(id="compiles-label")
+                yield compiles_table(id="compiles-table")
+            with TabPane("History", id="history"):
+                with VerticalScroll():
+                    yield Static(id="history-panel")
+        yield Static(id="tabs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.render_all()
+        self.feed.start()
+        self.set_interval(self.refresh_seconds, self._tick)
+
+    def on_unmount(self) -> None:
+        self.feed.stop()
+
+    # --- data in -----------------------------------------------------------------------------
+
+    def on_feed_message(self, message: FeedMessage) -> None:
+        event = message.event
+        if isinstance(event, FeedStatus):
+            self.status = event
+            self._render_title()
+            return
+        self.pending = event
+        if self.snapshot is None and not self.paused:  # draw the first one at once
+            self._apply()
+
+    def _tick(self) -> None:
+        if self.pending is not None and not self.paused:
+            self._apply()
+
+    def _apply(self) -> None:
+        snapshot, self.pending = self.pending, None
+        if snapshot is None:
+            return
+        self.snapshot = snapshot
+        self.history.add(snapshot)
+        if self.tab_pid is not None and all(j.pid != self.tab_pid for j in snapshot.jobs):
+            self.tab_pid = None  # the job went away: back to "all"
+        self.render_all()
+
+    # --- drawing -----------------------------------------------------------------------------
+
+    @property
+    def view(self) -> str:
+        return self.query_one("#views", TabbedContent).active
+
+    def render_all(self) -> None:
+        self._render_title()
+        jobs = self.snapshot.jobs if self.snapshot is not None else ()
+        self.query_one("#tabs", Static).update(panels.job_tabs(jobs, self.tab_pid))
+        self._render_view()
+
+    def _render_title(self) -> None:
+        count = len(device_rows(self.snapshot)) if self.snapshot is not None else 0
+        title = panels.title_bar(self.snapshot, self.status, self.paused, count)
+        self.query_one("#title", Static).update(title)
+
+    def _render_view(self) -> None:
+        snapshot, view = self.snapshot, self.view
+        if snapshot is None:
+            self.query_one("#devices", Static).update(f"{self.status.message} …")
+            return
+        jobs = jobs_in_scope(snapshot, self.tab_pid)
+        if view == "overview":
+            self.query_one("#devices", Static).update(
+                panels.device_panel(device_rows(snapshot, self.tab_pid))
+            )
+            self._show_table("#jobs", jobs, "Jobs")
+        elif view == "memory":
+            self.query_one("#memory-summary", Static).update(memory_summary(snapshot.host, jobs))
+            self.query_one(MemoryTree).show(jobs)
+        elif view == "programs":
+            self._show_table("#programs-table", program_items(jobs), "Programs")
+        elif view == "compiles":
+            self.query_one("#compile-summary", Static).update(panels.compile_summary(jobs))
+            self._show_table("#compiles-table", compile_items(jobs), "Recent compiles")
+        elif view == "history":
+            self._render_history()
+
+    def _show_table(self, selector: str, items: Sequence[object], title: str) -> None:
+        table = self.query_one(selector, SortableTable)
+        table.show(items)
+        label_id = {"#jobs": "#jobs-label", "#programs-table": "#programs-label"}.get(
+            selector, "#compiles-label"
+        )
+        order = "descending" if table.reverse else "ascending"
+        self.query_one(label_id, Static).update(
+            f"{title} ({len(items)}), sorted by {table.sort_label} {order} — s: sort, r: reverse"
+        )
+
+    def _render_history(self) -> None:
+        snapshot, pid = self.snapshot, self.tab_pid
+        keys = {r.key for r in device_rows(snapshot, pid)} if snapshot and pid else set()
+
+        def wanted(key: str) -> bool:
+            if pid is None or key.startswith("host:") or key.startswith(f"job:{pid}:"):
+                return True
+            return any(key.startswith(k + ":") for k in keys)
+
+        panel = panels.history_panel(self.history, self.size.width, wanted)
+        self.query_one("#history-panel", Static).update(panel)
+
+    @on(TabbedContent.TabActivated)
+    def _view_changed(self) -> None:
+        self._render_view()
+
+    # --- actions -----------------------------------------------------------------------------
+
+    def action_show_view(self, view: str) -> None:
+        self.query_one("#views", TabbedContent).active = view
+
+    def action_cycle_view(self, step: int) -> None:
+        index = (VIEWS.index(self.view) + step) % len(VIEWS)
+        self.action_show_view(VIEWS[index])
+
+    def _tab_pids(self) -> list[int | None]:
+        return [None, *(j.pid for j in (self.snapshot.jobs if self.snapshot else ()))]
+
+    def action_job_tab(self, number: int) -> None:
+        pids = self._tab_pids()
+        if number <= len(pids):
+            self.tab_pid = pids[number - 1]
+            self.render_all()
+
+    def action_step_tab(self, step: int) -> None:
+        pids = self._tab_pids()
+        index = pids.index(self.tab_pid) if self.tab_pid in pids else 0
+        self.tab_pid = pids[(index + step) % len(pids)]
+        self.render_all()
+
+    def action_sort(self) -> None:
+        table = self._sorted_table()
+        if table is not None:
+            table.cycle_sort()
+            self._render_view()
+
+    def action_reverse(self) -> None:
+        table = self._sorted_table()
+        if table is not None:
+            table.toggle_reverse()
+            self._render_view()
+
+    def _sorted_table(self) -> SortableTable | None:
+        selector = SORTED_TABLE.get(self.view)
+        if selector is None:
+            self.notify("nothing to sort in this view", timeout=2)
+            return None
+        return self.query_one(selector, SortableTable)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused and self.pending is not None:
+            self._apply()
+        self._render_title()
+
+    def action_toggle_tree(self) -> None:
+        self.query_one(MemoryTree).toggle_all()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def selected_pid(self) -> int | None:
+        """The job a capture is for: the job tab, else the highlighted job row, else the only
+        job."""
+        if self.tab_pid is not None:
+            return self.tab_pid
+        jobs = self.snapshot.jobs if self.snapshot else ()
+        key = self.query_one("#jobs", SortableTable).selected_key
+        if key is not None and any(str(j.pid) == key for j in jobs):
+            return int(key)
+        return jobs[0].pid if len(jobs) == 1 else None
+
+    def action_capture(self) -> None:
+        pid = self.selected_pid()
+        if pid is None:
+            self.notify("select a job first (job tab or jobs table)", severity="warning")
+            return
+        if self.capture_call is None:
+            self.notify(CAPTURE_UNAVAILABLE, severity="warning")
+            return
+        self.captures.append(pid)
+        self.notify(f"requesting a trace of pid {pid} …", timeout=2)
+        self.run_worker(lambda: self._capture(pid), thread=True, exit_on_error=False)
+
+    def _capture(self, pid: int) -> None:
+        assert self.capture_call is not None
+        try:
+            message, severity = self.capture_call(pid), "information"
+        except CaptureUnavailable as exc:
+            message, severity = str(exc), "warning"
+        except Exception as exc:  # noqa: BLE001 - any failure is a message, never a traceback
+            message, severity = str(exc) or type(exc).__name__, "error"
+        self.call_from_thread(self.notify, message, severity=severity)
+
+
+def run_top(socket_path: Path | None, refresh_seconds: float) -> int:
+    source = DaemonSource(socket_path)
+    XmonTop(source, daemon_capture(socket_path), refresh_seconds).run()
+    return 0

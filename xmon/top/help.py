@@ -1,0 +1,74 @@
+"""The help screen of ``xmon top`` (``?``), and the capture wiring to the daemon."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+CAPTURE_UNAVAILABLE = "capture is not available from this daemon"
+
+KEYS = (
+    ("q", "quit"),
+    ("o m p c h", "views: overview, memory, programs, compiles, history"),
+    ("v / V", "next / previous view"),
+    ("1-9", "job tab: 1 = all jobs, 2.. = one job each"),
+    ("a / d", "previous / next job tab"),
+    ("s / r", "sort the table by the next column / reverse the order"),
+    ("z or space", "pause / resume updates"),
+    ("t", "capture a profiler trace of the selected job"),
+    ("x", "memory view: expand / collapse all"),
+    ("arrows", "move in tables and the memory tree"),
+    ("?", "this help (esc closes)"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,question_mark,q", "dismiss_help", "close", show=False),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Vertical {
+        width: 72; max-width: 100%; height: auto; max-height: 100%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    """
+
+    def compose(self) -> ComposeResult:
+        lines = [f"[b]{key:<11}[/b] {text}" for key, text in KEYS]
+        text = "\n".join(["[b]xmon top[/b] keys", "", *lines])
+        with Vertical():
+            yield Static(text)
+
+    def action_dismiss_help(self) -> None:
+        self.dismiss(None)
+
+
+class CaptureUnavailable(RuntimeError):
+    """The daemon offers no capture call (yet); the message is what the user sees."""
+
+
+def daemon_capture(socket_path: Path | None) -> Callable[[int], str]:
+    """A ``capture(pid) -> str`` that asks the daemon for a trace of the job ``pid``.
+
+    The daemon's capture call is looked up when the key is pressed, so a client that has
+    gained one is used without changes here.
+    """
+
+    def capture(pid: int) -> str:
+        from xmon.client import DaemonClient
+
+        method = getattr(DaemonClient, "capture", None)
+        if method is None:
+            raise CaptureUnavailable(CAPTURE_UNAVAILABLE)
+        with DaemonClient(socket_path) as client:
+            result = client.capture(pid)  # type: ignore[attr-defined]
+        return f"trace of pid {pid} requested" + (f": {result}" if result else "")
+
+    return capture

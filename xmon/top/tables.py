@@ -1,0 +1,197 @@
+"""Sortable tables of ``xmon top``: jobs, programs (the catalogue), compile events.
+
+A table is rebuilt from each snapshot; the highlighted row follows its item (by key), not its
+position, so a re-sort or a new job does not move the selection to another job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from xmon import derived
+from xmon.model import CompileEvent, Job, Program
+from xmon.top import fmt
+from xmon.top.viewmodel import job_memory_in_use, job_memory_limit, sort_by
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    cell: Callable[[Any], str]
+    sort: Callable[[Any], Any] | None = None  # None: not a sort key
+    numeric: bool = True  # right-aligned
+
+
+class SortableTable(DataTable[Any]):
+    """A DataTable over items of one kind, with a sort column cycled by the app's keys."""
+
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        key_of: Callable[[Any], str],
+        sort_label: str,
+        reverse: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.columns_spec = list(columns)
+        self.key_of = key_of
+        self.sort_label = sort_label
+        self.reverse = reverse
+        self.keys: list[str] = []
+
+    @property
+    def sort_labels(self) -> list[str]:
+        return [c.label for c in self.columns_spec if c.sort is not None]
+
+    def cycle_sort(self) -> str:
+        labels = self.sort_labels
+        self.sort_label = labels[(labels.index(self.sort_label) + 1) % len(labels)]
+        return self.sort_label
+
+    def toggle_reverse(self) -> None:
+        self.reverse = not self.reverse
+
+    @property
+    def selected_key(self) -> str | None:
+        row = self.cursor_row
+        return self.keys[row] if 0 <= row < len(self.keys) else None
+
+    def show(self, items: Sequence[Any]) -> None:
+        spec = next(c for c in self.columns_spec if c.label == self.sort_label)
+        assert spec.sort is not None
+        ordered = sort_by(items, spec.sort, self.reverse)
+        selected = self.selected_key
+        self.clear(columns=True)
+        for column in self.columns_spec:
+            label = column.label + (" ▼" if self.reverse else " ▲") * (column is spec)
+            self.add_column(Text(label, justify="right" if column.numeric else "left"))
+        self.keys = [self.key_of(item) for item in ordered]
+        for item, key in zip(ordered, self.keys, strict=True):
+            self.add_row(*(_cell(c, item) for c in self.columns_spec), key=key)
+        if selected in self.keys:
+            self.move_cursor(row=self.keys.index(selected), animate=False)
+
+
+def _cell(column: Column, item: Any) -> Text:
+    return Text(column.cell(item), justify="right" if column.numeric else "left")
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+def _memory(job: Job) -> str:
+    used, limit = job_memory_in_use(job), job_memory_limit(job)
+    return fmt.human_bytes(used) + (f"/{fmt.human_bytes(limit)}" if limit is not None else "")
+
+
+def _job_cpu(job: Job) -> float | None:
+    return job.process.cpu_utilization_ratio if job.process else None
+
+
+JOB_COLUMNS = (
+    Column("PID", lambda j: str(j.pid), lambda j: j.pid),
+    Column("JOB", lambda j: j.job_name, lambda j: j.job_name.lower(), numeric=False),
+    Column("DEV", lambda j: str(len(j.devices))),
+    Column("MEMORY", _memory, job_memory_in_use),
+    Column("STEP", lambda j: fmt.seconds(j.steps.p50_step_seconds),
+           lambda j: j.steps.p50_step_seconds),
+    Column("STEPS/S", lambda j: fmt.rate(j.steps.steps_per_second),
+           lambda j: j.steps.steps_per_second),
+    Column("MFU", lambda j: fmt.percent(j.utilization.model_flops_utilization_ratio, 1),
+           lambda j: j.utilization.model_flops_utilization_ratio),
+    Column("CPU", lambda j: fmt.percent(_job_cpu(j)), _job_cpu),
+    Column("STEPS", lambda j: str(j.steps.steps_total), lambda j: j.steps.steps_total),
+)  # fmt: skip
+
+
+def jobs_table(**kwargs: Any) -> SortableTable:
+    return SortableTable(JOB_COLUMNS, lambda j: str(j.pid), "MEMORY", **kwargs)
+
+
+# --- programs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProgramItem:
+    job: Job
+    program: Program
+
+
+def _intensity(item: ProgramItem) -> float | None:
+    return derived.arithmetic_intensity(item.program.flops, item.program.bytes_accessed)
+
+
+def _p(get: Callable[[Program], Any]) -> Callable[[ProgramItem], Any]:
+    return lambda item: get(item.program)
+
+
+PROGRAM_COLUMNS = (
+    Column("JOB", lambda i: i.job.job_name, lambda i: i.job.job_name.lower(), numeric=False),
+    Column("PROGRAM", lambda i: i.program.name, lambda i: i.program.name.lower(), numeric=False),
+    Column("DEV", lambda i: str(i.program.num_devices)),
+    Column("FLOPS", lambda i: fmt.si(i.program.flops), _p(lambda p: p.flops)),
+    Column("BYTES", lambda i: fmt.si(i.program.bytes_accessed, "B"),
+           _p(lambda p: p.bytes_accessed)),
+    Column("FLOP/B", lambda i: fmt.rate(_intensity(i)), _intensity),
+    Column("ARGS", lambda i: fmt.human_bytes(i.program.argument_bytes)),
+    Column("OUT", lambda i: fmt.human_bytes(i.program.output_bytes)),
+    Column("TEMP", lambda i: fmt.human_bytes(i.program.temp_bytes), _p(lambda p: p.temp_bytes)),
+    Column("CODE", lambda i: fmt.human_bytes(i.program.generated_code_bytes)),
+    Column("PEAK", lambda i: fmt.human_bytes(i.program.peak_memory_bytes),
+           _p(lambda p: p.peak_memory_bytes)),
+    Column("COMPILE", lambda i: fmt.seconds(i.program.compile_seconds),
+           _p(lambda p: p.compile_seconds)),
+    Column("CACHE", lambda i: "hit" if i.program.cache_hit else "", numeric=False),
+    Column("AGE", lambda i: _age(i.program.compiled_at), _p(lambda p: p.compiled_at)),
+)  # fmt: skip
+
+
+def _age(wall_time: float | None, now: Callable[[], float] = time.time) -> str:
+    return fmt.NA_TEXT if wall_time is None else fmt.seconds(max(0.0, now() - wall_time))
+
+
+def programs_table(**kwargs: Any) -> SortableTable:
+    return SortableTable(
+        PROGRAM_COLUMNS, lambda i: f"{i.job.pid}:{i.program.fingerprint}", "FLOPS", **kwargs
+    )
+
+
+def program_items(jobs: Sequence[Job]) -> list[ProgramItem]:
+    return [ProgramItem(job, program) for job in jobs for program in job.programs]
+
+
+# --- compiles --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompileItem:
+    job: Job
+    event: CompileEvent
+    index: int  # position in the job's recent list: keeps keys unique
+
+
+COMPILE_COLUMNS = (
+    Column("AGE", lambda i: _age(i.event.wall_time), lambda i: i.event.wall_time),
+    Column("JOB", lambda i: i.job.job_name, lambda i: i.job.job_name.lower(), numeric=False),
+    Column("FUNCTION", lambda i: i.event.fun_name, lambda i: i.event.fun_name, numeric=False),
+    Column("DURATION", lambda i: fmt.seconds(i.event.duration_seconds),
+           lambda i: i.event.duration_seconds),
+    Column("CACHE", lambda i: "hit" if i.event.cache_hit else "", numeric=False),
+)  # fmt: skip
+
+
+def compiles_table(**kwargs: Any) -> SortableTable:
+    return SortableTable(
+        COMPILE_COLUMNS, lambda i: f"{i.job.pid}:{i.index}:{i.event.wall_time}", "AGE", **kwargs
+    )
+
+
+def compile_items(jobs: Sequence[Job]) -> list[CompileItem]:
+    return [CompileItem(j, e, n) for j in jobs for n, e in enumerate(j.compile.recent)]
