@@ -117,6 +117,16 @@ class ControlStub:
                 request_serializer=xmon_dot_proto_dot_xmon__pb2.GetSnapshotRequest.SerializeToString,
                 response_deserializer=xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
                 _registered_method=True)
+        self.Capture = channel.unary_unary(
+                '/xmon.v1.Control/Capture',
+                request_serializer=xmon_dot_proto_dot_xmon__pb2.CaptureRequest.SerializeToString,
+                response_deserializer=xmon_dot_proto_dot_xmon__pb2.CaptureReply.FromString,
+                _registered_method=True)
+        self.GetHlo = channel.unary_unary(
+                '/xmon.v1.Control/GetHlo',
+                request_serializer=xmon_dot_proto_dot_xmon__pb2.GetHloRequest.SerializeToString,
+                response_deserializer=xmon_dot_proto_dot_xmon__pb2.GetHloReply.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -134,6 +144,18 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Capture(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetHlo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +168,16 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.GetSnapshot,
                     request_deserializer=xmon_dot_proto_dot_xmon__pb2.GetSnapshotRequest.FromString,
                     response_serializer=xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.SerializeToString,
+            ),
+            'Capture': grpc.unary_unary_rpc_method_handler(
+                    servicer.Capture,
+                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.CaptureRequest.FromString,
+                    response_serializer=xmon_dot_proto_dot_xmon__pb2.CaptureReply.SerializeToString,
+            ),
+            'GetHlo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHlo,
+                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.GetHloRequest.FromString,
+                    response_serializer=xmon_dot_proto_dot_xmon__pb2.GetHloReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -202,6 +234,60 @@ class Control:
             '/xmon.v1.Control/GetSnapshot',
             xmon_dot_proto_dot_xmon__pb2.GetSnapshotRequest.SerializeToString,
             xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Capture(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xmon.v1.Control/Capture',
+            xmon_dot_proto_dot_xmon__pb2.CaptureRequest.SerializeToString,
+            xmon_dot_proto_dot_xmon__pb2.CaptureReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHlo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xmon.v1.Control/GetHlo',
+            xmon_dot_proto_dot_xmon__pb2.GetHloRequest.SerializeToString,
+            xmon_dot_proto_dot_xmon__pb2.GetHloReply.FromString,
             options,
             channel_credentials,
             insecure,
