@@ -1,0 +1,213 @@
+"""``xmon monitor`` as a command: flags and config file, period gating, and the real thing
+against a real daemon and the demo JAX job on 4 CPU devices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from procs import Daemon, base_env, wait_for
+from views_support import snapshot, start_demo
+
+from xmon.cli import monitor
+from xmon.cli.monitor import MonitorConfigError, PeriodGate, parse_duration, settings_from_args
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "docs" / "monitor.schema.json").read_text()
+)
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    monitor.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (5, 5.0),
+        (0.5, 0.5),
+        ("5", 5.0),
+        ("5s", 5.0),
+        ("500ms", 0.5),
+        ("2m", 120.0),
+        (" 1h ", 3600.0),
+    ],
+)
+def test_durations(value: object, seconds: float) -> None:
+    assert parse_duration(value, "period") == seconds
+
+
+@pytest.mark.parametrize("value", ["", "5x", "-1", "0", "fast", True, [1]])
+def test_bad_durations_name_the_setting(value: object) -> None:
+    with pytest.raises(MonitorConfigError, match="^period: "):
+        parse_duration(value, "period")
+
+
+def test_config_file_json_and_toml_with_flags_winning(tmp_path: Path) -> None:
+    json_file = tmp_path / "m.json"
+    json_file.write_text('{"period": "5s", "groups": ["system", "jobs"], "jobs": ["train*", 42]}')
+    settings = settings_from_args(parse("-c", str(json_file)))
+    assert settings.period == 5.0
+    assert settings.options.groups == {"system", "jobs"}
+    assert settings.options.jobs == ("train*", "42")
+    toml_file = tmp_path / "m.toml"
+    toml_file.write_text('period = 2\ngroups = ["hardware"]\n')
+    flagged = settings_from_args(
+        parse("-c", str(toml_file), "--period", "3", "--groups", "jobs", "--job", "x")
+    )
+    assert (flagged.period, flagged.options.groups, flagged.options.jobs) == (3.0, {"jobs"}, ("x",))
+    assert settings_from_args(parse()).period is None  # default: every snapshot
+
+
+@pytest.mark.parametrize(
+    ("content", "suffix", "message"),
+    [
+        ("{", ".json", "is not valid json"),
+        ("period = ", ".toml", "is not valid toml"),
+        ('{"perod": 1}', ".json", "unknown key 'perod'"),
+        ("[1]", ".json", "expected an object"),
+        ('{"groups": ["gpu"]}', ".json", "unknown group 'gpu'"),
+        ('{"jobs": "train"}', ".json", "jobs must be a list"),
+    ],
+)
+def test_bad_config_files(tmp_path: Path, content: str, suffix: str, message: str) -> None:
+    path = tmp_path / f"monitor{suffix}"
+    path.write_text(content)
+    with pytest.raises(MonitorConfigError, match=message):
+        settings_from_args(parse("-c", str(path)))
+    with pytest.raises(MonitorConfigError, match="cannot read config file"):
+        settings_from_args(parse("-c", str(tmp_path / "absent.json")))
+
+
+@pytest.mark.parametrize(
+    ("period", "tick", "expected"),
+    [
+        (None, 1.0, list(range(1, 13))),
+        (5.0, 1.0, [1, 6, 11]),
+        (1.0, 0.5, [1, 3, 5, 7, 9, 11]),
+        (0.2, 1.0, list(range(1, 13))),
+        (2.6, 1.0, [1, 4, 7, 10]),
+        (2.4, 1.0, [1, 3, 5, 7, 9, 11]),
+    ],
+)
+def test_period_gate_skips_snapshots(
+    period: float | None, tick: float, expected: list[int]
+) -> None:
+    gate = PeriodGate(period)
+    emitted = []
+    for seq in range(1, 13):
+        snap = snapshot(seq, period=tick)
+        if gate.due(snap):
+            emitted.append(seq)
+            gate.last = snap
+    assert emitted == expected
+
+
+# --- the command against a real daemon -------------------------------------------------------
+
+
+def xmon(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "xmon", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=base_env())
+
+
+def test_no_daemon_is_one_clear_line_and_exit_1(tmp_path: Path) -> None:
+    result = xmon("monitor", "--once", "--socket", str(tmp_path / "absent.sock"))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("xmon monitor: no xmon daemon is answering on ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_flag_is_a_clear_error(tmp_path: Path) -> None:
+    result = xmon("monitor", "--groups", "gpu", "--socket", str(tmp_path / "absent.sock"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "xmon monitor: --groups: unknown group 'gpu' (known: system, hardware, jobs, programs)"
+    )
+
+
+class Lines:
+    """A running `xmon monitor`, its stdout lines read by a thread (so reads can time out)."""
+
+    def __init__(self, *argv: str) -> None:
+        cmd = [sys.executable, "-m", "xmon", "monitor", *argv]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=base_env())  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def next(self, timeout: float = 60) -> dict[str, Any]:
+        return json.loads(self.lines.get(timeout=timeout))
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        _, err = self.proc.communicate(timeout=20)
+        return err
+
+
+@pytest.mark.e2e
+def test_every_line_validates_and_lists_every_device_of_the_demo_job(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    job = start_demo(tmp_path / "job", daemon.socket_path, devices=4)
+    stream = Lines("--socket", str(daemon.socket_path), "--period", "1")
+    try:
+        seen: list[dict[str, Any]] = []
+
+        def stepping_report() -> dict[str, Any] | None:
+            report = stream.next()
+            errors = [f"{e.json_path}: {e.message}" for e in validator.iter_errors(report)]
+            assert not errors, errors[:5]
+            seen.append(report)
+            jobs = report["jobs"]
+            delta = jobs[0]["steps"]["delta"] if jobs else None
+            return report if delta and delta["steps"] > 0 else None
+
+        report = wait_for(stepping_report, 120, "a report of the demo job stepping", 0)
+    finally:
+        err = stream.stop()
+        job.stop()
+    assert "Traceback" not in err
+    demo = report["jobs"][0]
+    assert demo["job_name"] == "demo" and demo["platform"] == "cpu"
+    assert [d["id"] for d in demo["devices"]] == [0, 1, 2, 3]
+    assert all(d["memory"]["live_array_bytes"] > 0 for d in demo["devices"])
+    assert demo["programs"]["count"] > 0 and demo["programs"]["items"]
+    assert report["system"]["cpu_count"] >= 1
+    # --period 1 over a 0.5 s daemon: every second snapshot.
+    periods = [r["period_seconds"] for r in seen[1:]]
+    assert periods and all(p == pytest.approx(1.0, abs=0.3) for p in periods), periods
+
+
+@pytest.mark.e2e
+def test_once_with_filters_and_a_closed_pipe(daemon: Daemon) -> None:
+    socket = str(daemon.socket_path)
+    result = xmon("monitor", "--once", "--socket", socket, "--groups", "jobs", "--job", "nope")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["jobs"] == [] and "system" not in report and "hardware" not in report
+    assert len(result.stdout.splitlines()) == 1
+    # `xmon monitor | head -1`: the reader goes away, monitor exits quietly and with 0.
+    pipeline = f"set -o pipefail; {sys.executable} -m xmon monitor --socket {socket} | head -1"
+    piped = subprocess.run(["bash", "-c", pipeline], capture_output=True, text=True,
+                           timeout=60, env=base_env())  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["seq"] >= 1
+    assert piped.stderr == ""

@@ -1,0 +1,192 @@
+"""``xmon monitor`` reports: built from constructed snapshots, checked against the JSON Schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from views_support import job, snapshot, tpu_device
+
+from xmon.model import (
+    AgentHealth,
+    CollectorHealth,
+    CompileEvent,
+    DeviceInfo,
+    DeviceMemory,
+    JobDevice,
+    StepStats,
+)
+from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches, rfc3339
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "monitor.schema.json"
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+def valid(validator: jsonschema.Draft202012Validator, report: dict[str, Any]) -> dict[str, Any]:
+    """Round-trip through JSON text (as `xmon monitor` prints it) and validate."""
+    text = json.dumps(report, allow_nan=False)
+    decoded = json.loads(text)
+    errors = [f"{e.json_path}: {e.message}" for e in validator.iter_errors(decoded)]
+    assert not errors, "\n".join(errors[:10])
+    return decoded
+
+
+def rich_snapshot(seq: int = 1, **job_kw: Any) -> Any:
+    train = job("train", 1000, devices=4, **job_kw)
+    cpu = dataclasses.replace(job("eval", 2000, devices=1, platform="cpu"), process=None)
+    devices = (tpu_device(0, (1000,)), tpu_device(1, (1000,), util=None))
+    collectors = (CollectorHealth("host", True, 0, 0.002),
+                  CollectorHealth("libtpu", False, 2, None, "connection refused"))  # fmt: skip
+    return dataclasses.replace(
+        snapshot(seq, jobs=(train, cpu), devices=devices), collectors=collectors
+    )
+
+
+def test_first_report_has_totals_no_deltas_and_validates(validator: Any) -> None:
+    report = valid(validator, build_report(rich_snapshot(), None))
+    assert report["schema_version"] == 1
+    assert report["period_seconds"] is None
+    assert report["timestamp"].endswith("Z")
+    train = report["jobs"][0]
+    assert len(train["devices"]) == 4
+    assert train["steps"]["total"] == {"steps": 100, "seconds": 50.0}
+    assert train["steps"]["delta"] is None
+    assert train["compile"]["delta"] is None
+    assert train["programs"] == {"count": 3, "new": None, "items": train["programs"]["items"]}
+    assert len(train["compile"]["events"]) == 5  # first report: what the daemon still holds
+    assert train["memory"] == {
+        "in_use_bytes": 4 * 2**30, "peak_bytes_in_use": 8 * 2**30, "bytes_limit": 64 * 2**30,
+    }  # fmt: skip
+    hardware = report["hardware"]
+    assert hardware["device_count"] == 2 and hardware["device_kinds"] == ["TPU v6 lite"]
+    assert hardware["devices"][1]["counters"]["utilization_ratio"] is None
+
+
+def test_deltas_are_per_period_against_the_previous_report(validator: Any) -> None:
+    first = rich_snapshot(1)
+    later = job("train", 1000, devices=4, steps=130, programs=5, compiles=7)
+    later = dataclasses.replace(later, agent=AgentHealth(reports_sent_total=9))
+    second = dataclasses.replace(rich_snapshot(6), jobs=(later, first.jobs[1]))
+    report = valid(validator, build_report(second, first))
+    assert report["period_seconds"] == pytest.approx(5.0)
+    train = report["jobs"][0]
+    assert train["steps"]["delta"] == {"steps": 30, "seconds": pytest.approx(15.0)}
+    assert train["compile"]["delta"]["compiles"] == 2
+    assert train["programs"]["new"] == 2
+    assert train["agent"]["delta"]["reports_sent"] == 9
+    # Only compiles finished after the previous report's snapshot.
+    assert all(e["wall_time"] > first.wall_time for e in train["compile"]["events"])
+    collectors = {c["name"]: c for c in report["hardware"]["collectors"]}
+    assert collectors["libtpu"]["errors"] == {"total": 2, "delta": 0}
+
+
+def test_no_baseline_gives_null_deltas(validator: Any) -> None:
+    first = rich_snapshot(1)
+    restarted = job("train", 1000, devices=4, steps=3)  # same process, counters went back
+    newcomer = job("new", 3000, devices=1)
+    second = dataclasses.replace(rich_snapshot(2), jobs=(restarted, newcomer))
+    report = valid(validator, build_report(second, first))
+    assert [j["steps"]["delta"] for j in report["jobs"]] == [None, None]
+    assert report["jobs"][1]["programs"]["new"] is None
+
+
+def test_missing_is_null_never_zero(validator: Any) -> None:
+    bare = JobDevice(DeviceInfo(0, "cpu", "cpu"), DeviceMemory(live_array_bytes=64))
+    sparse = dataclasses.replace(
+        job("cpu", 42, devices=1, mfu=None), devices=(bare,), steps=StepStats(), process=None
+    )
+    snap = dataclasses.replace(snapshot(1, jobs=(sparse,)), host=None)
+    report = valid(validator, build_report(snap, None))
+    assert report["system"] is None
+    entry = report["jobs"][0]
+    memory = entry["devices"][0]["memory"]
+    assert memory["bytes_in_use"] is None and memory["bytes_limit"] is None
+    assert memory["in_use_bytes"] == 64  # falls back to the live-array sum
+    assert entry["memory"]["bytes_limit"] is None
+    assert entry["utilization"]["model_flops_utilization_ratio"] is None
+    assert entry["steps"]["p50_step_seconds"] is None
+    assert entry["process"] is None
+
+
+def test_nan_and_infinity_become_null(validator: Any) -> None:
+    nan_job = dataclasses.replace(job(), steps=StepStats(steps_per_second=float("nan")))
+    report = valid(validator, build_report(snapshot(1, jobs=(nan_job,)), None))
+    assert report["jobs"][0]["steps"]["steps_per_second"] is None
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [frozenset({"system"}), frozenset({"hardware"}), frozenset({"jobs"}), frozenset(GROUPS)],
+)
+def test_only_selected_groups_appear(validator: Any, groups: frozenset[str]) -> None:
+    report = valid(validator, build_report(rich_snapshot(), None, ReportOptions(groups)))
+    for group in ("system", "hardware", "jobs"):
+        assert (group in report) == (group in groups)
+    if "jobs" in groups:
+        assert ("items" in report["jobs"][0]["programs"]) == ("programs" in groups)
+
+
+@pytest.mark.parametrize(
+    ("patterns", "expected"),
+    [
+        ((), ["train", "eval"]),
+        (("train",), ["train"]),
+        (("ev*",), ["eval"]),
+        (("2000",), ["eval"]),
+        (("nope", "1000"), ["train"]),
+        (("x*",), []),
+    ],
+)
+def test_job_filters_match_names_as_globs_or_pids(
+    patterns: tuple[str, ...], expected: list[str]
+) -> None:
+    report = build_report(rich_snapshot(), None, ReportOptions(jobs=patterns))
+    assert [j["job_name"] for j in report["jobs"]] == expected
+    assert job_matches(job("a", 1), ()) and not job_matches(job("a", 1), ("b",))
+
+
+def test_compile_events_since_previous_report() -> None:
+    j = job(compiles=0)
+    events = tuple(CompileEvent("jit(f)", 0.1, 1_700_000_201.0 + i) for i in range(4))
+    j = dataclasses.replace(j, compile=dataclasses.replace(j.compile, recent=events))
+    previous = snapshot(1, jobs=(j,))  # wall_time 1_700_000_201.0
+    report = build_report(snapshot(2, jobs=(j,)), previous)
+    assert [e["wall_time"] for e in report["jobs"][0]["compile"]["events"]] == [
+        1_700_000_202.0, 1_700_000_203.0, 1_700_000_204.0,
+    ]  # fmt: skip
+
+
+def test_schema_rejects_what_the_builder_must_not_emit(validator: Any) -> None:
+    good = json.loads(json.dumps(build_report(rich_snapshot(), None)))
+    assert validator.is_valid(good)
+    cases = [
+        ("unknown top-level key", lambda r: r.update(extra=1)),
+        ("unknown job key", lambda r: r["jobs"][0].update(gpu_util=0.5)),
+        ("unknown steps key", lambda r: r["jobs"][0]["steps"].update(p42_step_seconds=1.0)),
+        ("missing device memory", lambda r: r["jobs"][0]["devices"][0].pop("memory")),
+        ("string counter", lambda r: r["hardware"]["devices"][0]["counters"].update(x="1")),
+        ("negative delta", lambda r: r["jobs"][0]["steps"].update(delta={"steps": -1})),
+        ("bad timestamp", lambda r: r.update(timestamp="yesterday")),
+        ("wrong version", lambda r: r.update(schema_version=2)),
+    ]
+    for what, mutate in cases:
+        bad = json.loads(json.dumps(good))
+        mutate(bad)
+        assert not validator.is_valid(bad), what
+
+
+def test_rfc3339_is_utc_with_milliseconds() -> None:
+    assert rfc3339(0.0) == "1970-01-01T00:00:00.000Z"
+    assert rfc3339(1_700_000_000.1234) == "2023-11-14T22:13:20.123Z"
