@@ -295,7 +295,7 @@ def read_gpu(nv: Any, state: GpuState) -> Device:
         last_xid=state.last_xid,
     )
     processes = read_processes(p, state.handle)
-    state.errors = tuple(p.errors)
+    state.errors = tuple(dict.fromkeys(p.errors))
     return Device(
         index=state.index, platform="gpu", device_kind=state.name, source="nvml",
         hardware=hardware, uuid=state.uuid, pci_bus_id=state.pci_bus_id,

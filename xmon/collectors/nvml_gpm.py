@@ -34,23 +34,27 @@ class GpmSampler:
     def __init__(self, nv: Any, handle: Any, old: Any, new: Any) -> None:
         self._nv, self._handle = nv, handle
         self._old, self._new = old, new
+        self._primed = False  # the old sample holds a reading
 
     @classmethod
     def start(cls, p: NvmlPass, handle: Any) -> GpmSampler | None:
-        """A sampler with its first sample taken, or None where the device has no GPM."""
+        """A sampler for the device, or None where it has no GPM."""
         support = p.get("nvmlGpmQueryDeviceSupport", handle)
         if support is None or not support.isSupportedDevice:
             return None
         old = p.get("nvmlGpmSampleAlloc")
         new = p.get("nvmlGpmSampleAlloc")
         sampler = cls(p.nv, handle, old, new)
-        if old is None or new is None or p.get("nvmlGpmSampleGet", handle, old) is None:
+        if old is None or new is None:
             sampler.close()
             return None
         return sampler
 
     def read(self, p: NvmlPass) -> dict[str, float | None]:
-        """The GPM ratios since the last read; all None when this read failed."""
+        """The GPM ratios since the last read; all None on the first read and on failure."""
+        if not self._primed:  # the first tick only takes the sample the second one ends
+            self._primed = p.get("nvmlGpmSampleGet", self._handle, self._old) is not None
+            return empty()
         if p.get("nvmlGpmSampleGet", self._handle, self._new) is None:
             return empty()  # the old sample stays, so the next read spans both periods
         nv = self._nv

@@ -1,0 +1,129 @@
+"""Agent overhead: step time of a real JAX training loop without and with the agent.
+
+Runs are interleaved (off, 1 Hz, 10 Hz, off, ...) in separate processes against a real daemon,
+and compared as ratios of medians from the same run. Each step blocks on its result so the
+measured time is the real step time. Device synchronisations made by xmon's own threads are
+counted with a thread profile hook on every C call whose name is a synchronising jax.Array
+method (budget: 0).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import REPO, machine, summary, table, today, write_section
+from procs import base_env, start_daemon
+
+JOB = r"""
+import json, sys, threading, time
+import jax, jax.numpy as jnp
+from jax._src.array import ArrayImpl
+# Every jax.Array method that waits for the device or copies to host, wrapped to record calls
+# made from xmon's threads. (A profile hook cannot see them: nanobind methods emit no c_call.)
+SYNCING = ("block_until_ready", "__array__", "copy_to_host_async", "item", "tolist",
+           "__float__", "__int__", "__bool__", "_single_device_array_to_np_array_did_copy")
+syncs = []
+def _is_xmon_thread():
+    return threading.current_thread().name.startswith("xmon")
+def _counting(name, original):
+    def wrapper(self, *args, **kwargs):
+        if _is_xmon_thread():
+            syncs.append(name)
+        return original(self, *args, **kwargs)
+    return wrapper
+for _name in SYNCING:
+    _original = getattr(ArrayImpl, _name, None)
+    if _original is not None:
+        setattr(ArrayImpl, _name, _counting(_name, _original))
+_value_getter = ArrayImpl._value.fget
+ArrayImpl._value = property(_counting("_value", _value_getter))
+mode, period, steps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+import xmon
+if mode == "on":
+    xmon.attach(job_name="bench", period=period)
+key = jax.random.key(0)
+w1 = jax.random.normal(key, (512, 512)); w2 = jax.random.normal(key, (512, 512))
+x = jax.random.normal(key, (256, 512))
+@jax.jit
+def train_step(w1, w2, x):
+    def loss(w1, w2):
+        return jnp.mean(jnp.tanh(jnp.tanh(x @ w1) @ w2) ** 2)
+    g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
+    return w1 - 0.01 * g1, w2 - 0.01 * g2
+for _ in range(20):
+    w1, w2 = train_step(w1, w2, x)
+w1.block_until_ready()
+# Canary: a thread named like xmon's that does synchronise must be counted, or the count is moot.
+canary = threading.Thread(target=lambda: float(w1.sum()), name="xmon-canary")
+canary.start(); canary.join()
+canary_syncs = len(syncs)
+syncs.clear()
+times = []
+for _ in range(steps):
+    start = time.perf_counter()
+    with xmon.step():
+        w1, w2 = train_step(w1, w2, x)
+        w1.block_until_ready()
+    times.append(time.perf_counter() - start)
+xmon.detach()
+print(json.dumps({"times": times, "syncs": syncs, "canary": canary_syncs}))
+"""
+
+
+def run_once(workdir: Path, socket: Path, mode: str, period: float, steps: int) -> dict:
+    script = workdir / "job.py"
+    script.write_text(JOB)
+    env = base_env(XMON_SOCKET=str(socket), JAX_PLATFORMS="cpu", XMON_QUIET="1")
+    result = subprocess.run(
+        [sys.executable, str(script), mode, str(period), str(steps)],
+        capture_output=True, text=True, env=env, cwd=REPO, check=True,
+    )  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main(quick: bool = False) -> str:
+    repetitions, steps = (1, 100) if quick else (5, 600)
+    modes = [("off", 1.0), ("on", 1.0), ("on", 0.1)]
+    per_mode: dict[str, list[float]] = {f"{m}@{p}": [] for m, p in modes}
+    syncs: list[str] = []
+    canaries: list[int] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        daemon = start_daemon(Path(tmp) / "d", period=1.0)
+        try:
+            for _ in range(repetitions):
+                for mode, period in modes:
+                    out = run_once(Path(tmp), daemon.socket_path, mode, period, steps)
+                    per_mode[f"{mode}@{period}"].append(summary(out["times"])["median"])
+                    syncs += out["syncs"]
+                    canaries.append(out["canary"])
+        finally:
+            daemon.stop()
+    base = summary(per_mode["off@1.0"])["median"]
+    rows = []
+    for key, label in (("off@1.0", "no agent"), ("on@1.0", "agent, 1 Hz"), ("on@0.1", "agent, 10 Hz")):
+        s = summary(per_mode[key])
+        overhead = (s["median"] / base - 1) * 100
+        rows.append([label, f"{s['median'] * 1e3:.3f} ms", f"{s['min'] * 1e3:.3f}–{s['max'] * 1e3:.3f} ms",
+                     f"{overhead:+.2f} %"])  # fmt: skip
+    body = (
+        f"## Agent overhead\n\n{today()} — {machine()}\n\n"
+        f"MLP training step (2×512² layers, batch 256, CPU), {repetitions} interleaved runs × "
+        f"{steps} steps per mode, each run's median step time; overhead is the median of run "
+        "medians relative to no agent.\n\n"
+        + table(["mode", "median step", "range of run medians", "overhead"], rows)
+        + f"\n\nDevice synchronisations made by xmon threads: **{len(syncs)}** "
+        f"{sorted(set(syncs))}: every synchronising `jax.Array` method (block_until_ready, "
+        "_value, __array__, copy_to_host_async, item, tolist, scalar conversions) was wrapped "
+        "to record calls from xmon's threads; a canary thread that does synchronise was detected in "
+        f"{sum(1 for c in canaries if c)} of {len(canaries)} runs.\n"
+    )
+    write_section("agent-overhead", body)
+    return body
+
+
+if __name__ == "__main__":
+    print(main(quick="--quick" in sys.argv))

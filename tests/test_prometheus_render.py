@@ -1,0 +1,79 @@
+"""When /metrics renders: the scrape rhythm and serving ready bytes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from xmon.exporters.prometheus_render import BackgroundRenderer, Rendered, ScrapeRhythm
+
+
+@pytest.mark.parametrize(
+    "scrapes,now,horizon,due",
+    [
+        ([], 0.0, 1.5, False),  # nobody ever scraped: render lazily
+        ([0.0], 0.5, 1.5, True),  # one scrape: assume a rhythm is starting
+        ([0.0, 15.0, 30.0], 31.0, 1.5, False),  # next at 45 s
+        ([0.0, 15.0, 30.0], 43.9, 1.5, True),
+        ([0.0, 15.0, 30.0], 50.0, 1.5, True),  # overdue but alive
+        ([0.0, 15.0, 30.0], 91.0, 1.5, False),  # 4 intervals of silence: scraper gone
+        ([0.0, 1.0, 1.01, 2.0], 2.5, 1.5, True),  # a second scraper at +10 ms is no rhythm
+    ],
+)
+def test_scrape_rhythm(scrapes: list[float], now: float, horizon: float, due: bool) -> None:
+    rhythm = ScrapeRhythm()
+    for t in scrapes:
+        rhythm.observe(t)
+    assert rhythm.due_within(now, horizon) is due
+
+
+def test_rhythm_interval_ignores_concurrent_scrapers() -> None:
+    rhythm = ScrapeRhythm()
+    for t in (0.0, 0.01, 15.0, 15.01, 30.0):
+        rhythm.observe(t)
+    assert rhythm.interval == pytest.approx(15.0)
+
+
+def test_rendered_renders_once() -> None:
+    calls = []
+    rendered = Rendered(lambda: calls.append(1) or b"x 1\n")
+    assert not rendered.ready
+    assert rendered.text() is rendered.text()
+    assert rendered.ready and len(calls) == 1
+    assert rendered.gzipped() is rendered.gzipped()
+
+
+def test_background_renderer_renders_latest_request() -> None:
+    done = threading.Event()
+    renderer = BackgroundRenderer()
+    rendered = Rendered(lambda: (done.set(), b"y 2\n")[1])
+    renderer.request(rendered, with_gzip=True)
+    assert done.wait(5)
+    renderer.close()
+    assert rendered.text() == b"y 2\n"
+
+
+def test_endpoint_serves_previous_snapshot_while_newest_renders() -> None:
+    from xmon.exporters.prometheus import MetricsEndpoint
+    from xmon.model import DaemonStats, Snapshot
+
+    def snap(seq: int) -> Snapshot:
+        return Snapshot(seq=seq, wall_time=float(seq), monotonic=float(seq), hostname="h",
+                        daemon=DaemonStats(version="t", started_at=0.0))  # fmt: skip
+
+    now = [0.0]
+    endpoint = MetricsEndpoint(clock=lambda: now[0])
+    endpoint.update(snap(1))
+    first = endpoint.body()  # nothing rendered before: renders synchronously
+    release = threading.Event()
+    endpoint._new_rendered = lambda s: Rendered(lambda: (release.wait(5), b"new\n")[1])  # type: ignore[method-assign]
+    now[0] = 1.0
+    endpoint.update(snap(2))  # a scrape is due: background render starts and blocks
+    assert endpoint.body() is first  # served from ready bytes, not waiting
+    release.set()
+    for _ in range(500):
+        if endpoint.body() == b"new\n":
+            break
+        threading.Event().wait(0.01)
+    assert endpoint.body() == b"new\n"
