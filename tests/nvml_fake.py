@@ -189,6 +189,10 @@ class FakeNvml:
         assert sensor == pynvml.NVML_TEMPERATURE_GPU
         return self._gpu(handle, "nvmlDeviceGetTemperature").temperature_c
 
+    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int) -> int:  # noqa: N802
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return self._gpu(handle, "nvmlDeviceGetTemperatureV").temperature_c
+
     def nvmlDeviceGetClockInfo(self, handle: Any, kind: int) -> int:  # noqa: N802
         gpu = self._gpu(handle, "nvmlDeviceGetClockInfo")
         return {pynvml.NVML_CLOCK_SM: gpu.sm_mhz, pynvml.NVML_CLOCK_MEM: gpu.mem_mhz}[kind]

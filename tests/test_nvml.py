@@ -203,12 +203,14 @@ def test_an_older_gpu_uses_the_v1_memory_call_and_the_pcie_sampler() -> None:
     """No nvmlDeviceGetMemoryInfo_v2 (driver < 510) and no PCIe byte counter fields."""
     gpu = FakeGpu(name="Tesla V100-SXM2-16GB", total=16_384 * MIB, reserved=300 * MIB,
                   used=1000 * MIB, pcie_counters=False, pcie_throughput_kb=(1500, 30_000),
-                  failing={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVMLError_FunctionNotFound},
+                  failing={"nvmlDeviceGetMemoryInfo_v2": pynvml.NVMLError_FunctionNotFound,
+                           "nvmlDeviceGetTemperatureV": pynvml.NVMLError_FunctionNotFound},
                   )  # fmt: skip
     nv = FakeNvml([gpu])
     hw = tick(NvmlCollector(nv), nv, 0.0).devices[0].hardware
     assert hw.memory_used_bytes == 1300 * MIB  # v1's used includes the reserved part
     assert hw.memory_reserved_bytes is None
+    assert hw.temperature_celsius == 31  # through the older nvmlDeviceGetTemperature
     assert (hw.pcie_tx_bytes_per_second, hw.pcie_rx_bytes_per_second) == (
         1500 * 1024,
         30_000 * 1024,

@@ -241,12 +241,18 @@ def read_power_and_clocks(p: NvmlPass, handle: Any) -> dict[str, Any]:
         power_watts=scaled(p.get("nvmlDeviceGetPowerUsage", handle), 1e-3),  # mW
         power_limit_watts=scaled(p.get("nvmlDeviceGetEnforcedPowerLimit", handle), 1e-3),
         energy_joules_total=scaled(p.get("nvmlDeviceGetTotalEnergyConsumption", handle), 1e-3),
-        temperature_celsius=scaled(
-            p.get("nvmlDeviceGetTemperature", handle, nv.NVML_TEMPERATURE_GPU), 1.0
-        ),
+        temperature_celsius=scaled(read_temperature(p, handle), 1.0),
         sm_clock_hertz=scaled(p.get("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_SM), 1e6),
         memory_clock_hertz=scaled(p.get("nvmlDeviceGetClockInfo", handle, nv.NVML_CLOCK_MEM), 1e6),
     )
+
+
+def read_temperature(p: NvmlPass, handle: Any) -> float | None:
+    """GPU core temperature; nvmlDeviceGetTemperatureV where the driver has it (the older call
+    is deprecated)."""
+    sensor = p.nv.NVML_TEMPERATURE_GPU
+    value = p.get("nvmlDeviceGetTemperatureV", handle, sensor)
+    return value if value is not None else p.get("nvmlDeviceGetTemperature", handle, sensor)
 
 
 def read_ecc(p: NvmlPass, handle: Any) -> dict[str, Any]:
