@@ -314,7 +314,20 @@ T = TypeVar("T")
 
 
 def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
-    return dataclasses.asdict(snapshot)
+    """Like :func:`dataclasses.asdict`, without its deep copies (the model is immutable, and
+    the daemon converts every snapshot of every job each period)."""
+    return _to_plain(snapshot)  # type: ignore[no-any-return]
+
+
+def _to_plain(value: Any) -> Any:
+    fields = getattr(type(value), "__dataclass_fields__", None)
+    if fields is not None:
+        return {name: _to_plain(getattr(value, name)) for name in fields}
+    if isinstance(value, tuple | list):
+        return [_to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _to_plain(item) for key, item in value.items()}
+    return value
 
 
 def snapshot_from_dict(data: dict[str, Any]) -> Snapshot:

@@ -85,8 +85,11 @@ class JobState:
         self.last_report_monotonic = now_monotonic
         if report.platform:
             self.platform = report.platform
-        for info in report.devices:
-            self.devices[info.id] = device_info_from_proto(info)
+        if len(report.devices) != len(self.devices) or any(
+            info.id not in self.devices for info in report.devices
+        ):  # a job's devices do not change once known: convert them only once
+            for info in report.devices:
+                self.devices[info.id] = device_info_from_proto(info)
         if report.steps.steps_total != previous_steps or not self.steps_changed_monotonic:
             self.steps_changed_monotonic = now_monotonic
         self.steps_window.extend(report.steps.recent_step_seconds)
