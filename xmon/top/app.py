@@ -80,6 +80,7 @@ class XmonTop(App[None]):
         refresh_seconds: float = 1.0,
     ) -> None:
         super().__init__()
+        self.animation_level = "none"  # a monitor over SSH: repaint what changed, nothing more
         self.feed = FeedThread(source, self.post_message_from_feed)
         self.capture_call = capture
         self.refresh_seconds = refresh_seconds
@@ -119,6 +120,7 @@ class XmonTop(App[None]):
 
     def on_mount(self) -> None:
         self.render_all()
+        self._focus_view()
         self.feed.start()
         self.set_interval(self.refresh_seconds, self._tick)
 
@@ -134,6 +136,8 @@ class XmonTop(App[None]):
             self._render_title()
             return
         self.pending = event
+        if not self.status.connected:  # a snapshot arrived: whatever the source, it is live
+            self.status = FeedStatus(True, "receiving snapshots")
         if self.snapshot is None and not self.paused:  # draw the first one at once
             self._apply()
 
@@ -216,6 +220,13 @@ class XmonTop(App[None]):
     @on(TabbedContent.TabActivated)
     def _view_changed(self) -> None:
         self._render_view()
+        self._focus_view()
+
+    def _focus_view(self) -> None:
+        """Arrow keys go to the view's table or tree, not to the view tabs."""
+        focus = {**SORTED_TABLE, "memory": "#memory-tree"}.get(self.view)
+        if focus is not None:
+            self.query_one(focus).focus()
 
     # --- actions -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ source off the UI thread, because a gRPC stream blocks.
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -94,8 +95,10 @@ class FeedThread:
         self._thread.start()
 
     def stop(self) -> None:
+        """Closes a closable source (DaemonSource); a generator cannot be closed from another
+        thread while it runs, and dies with the (daemon) thread instead."""
         close = getattr(self.source, "close", None)
-        if callable(close):
+        if callable(close) and not inspect.isgenerator(self.source):
             close()
 
     def _run(self) -> None:

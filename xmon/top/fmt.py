@@ -43,8 +43,13 @@ def seconds(value: float | None) -> str:
         return f"{value * 1e3:.1f}ms"
     if value < 60:
         return f"{value:.2f}s"
-    minutes, rest = divmod(int(value), 60)
-    return f"{minutes}m{rest:02d}s"
+    if value < 3600:
+        minutes, rest = divmod(int(value), 60)
+        return f"{minutes}m{rest:02d}s"
+    if value < 86400:
+        hours, rest = divmod(int(value), 3600)
+        return f"{hours}h{rest // 60:02d}m"
+    return f"{value / 86400:.0f}d"
 
 
 def rate(value: float | None) -> str:

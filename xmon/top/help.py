@@ -57,18 +57,26 @@ class CaptureUnavailable(RuntimeError):
 def daemon_capture(socket_path: Path | None) -> Callable[[int], str]:
     """A ``capture(pid) -> str`` that asks the daemon for a trace of the job ``pid``.
 
-    The daemon's capture call is looked up when the key is pressed, so a client that has
-    gained one is used without changes here.
+    ``DaemonClient.capture`` is looked up when the key is pressed, so a client that has gained
+    the call (the Control service's Capture RPC) is used without changes here.
     """
 
     def capture(pid: int) -> str:
         from xmon.client import DaemonClient
 
-        method = getattr(DaemonClient, "capture", None)
-        if method is None:
+        if not callable(getattr(DaemonClient, "capture", None)):
             raise CaptureUnavailable(CAPTURE_UNAVAILABLE)
         with DaemonClient(socket_path) as client:
-            result = client.capture(pid)  # type: ignore[attr-defined]
-        return f"trace of pid {pid} requested" + (f": {result}" if result else "")
+            reply = client.capture(pid=pid)  # type: ignore[attr-defined]
+        return describe_capture(pid, reply)
 
     return capture
+
+
+def describe_capture(pid: int, reply: object) -> str:
+    """One line about a capture reply (CaptureReply's message and log_dir where present)."""
+    logdir = getattr(reply, "log_dir", "") or getattr(reply, "run_dir", "")
+    message = getattr(reply, "message", "") or ("" if logdir or reply is None else str(reply))
+    details = [d for d in (message, f"tensorboard --logdir {logdir}" if logdir else "") if d]
+    head = f"trace of pid {pid} " + ("captured" if logdir else "requested")
+    return f"{head}: {'; '.join(details)}" if details else head

@@ -29,14 +29,16 @@ def title_bar(
     """neuron-top's title bar plus nvitop's host summary: two lines."""
     first = Text(no_wrap=True, overflow="ellipsis")
     first.append(f" xmon {__version__} ", "bold reverse")
+    if paused:
+        first.append(" PAUSED (z resumes) ", "bold black on yellow")
+    if not status.connected:  # the state matters more than the rest of the line
+        first.append(f" ● {status.message} ", "bold red")
     if snapshot is not None:
         first.append(f" host {snapshot.hostname} │ daemon {snapshot.daemon.version} │ ")
         first.append(f"{_count(device_count, 'device')} │ {_count(len(snapshot.jobs), 'job')} │ ")
         first.append(time.strftime("%H:%M:%S", time.localtime(snapshot.wall_time)))
-    first.append("  ● ", "green" if status.connected else "red")
-    first.append(status.message, "" if status.connected else "bold red")
-    if paused:
-        first.append("  PAUSED (z to resume)", "bold black on yellow")
+    if status.connected:
+        first.append(f"  ● {status.message}", "green")
     return Group(first, _host_line(snapshot))
 
 
