@@ -80,8 +80,12 @@ def run_once(workdir: Path, socket: Path, mode: str, period: float, steps: int) 
     env = base_env(XMON_SOCKET=str(socket), JAX_PLATFORMS="cpu", XMON_QUIET="1")
     result = subprocess.run(
         [sys.executable, str(script), mode, str(period), str(steps)],
-        capture_output=True, text=True, env=env, cwd=REPO, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -104,11 +108,21 @@ def main(quick: bool = False) -> str:
             daemon.stop()
     base = summary(per_mode["off@1.0"])["median"]
     rows = []
-    for key, label in (("off@1.0", "no agent"), ("on@1.0", "agent, 1 Hz"), ("on@0.1", "agent, 10 Hz")):
+    for key, label in (
+        ("off@1.0", "no agent"),
+        ("on@1.0", "agent, 1 Hz"),
+        ("on@0.1", "agent, 10 Hz"),
+    ):
         s = summary(per_mode[key])
         overhead = (s["median"] / base - 1) * 100
-        rows.append([label, f"{s['median'] * 1e3:.3f} ms", f"{s['min'] * 1e3:.3f}–{s['max'] * 1e3:.3f} ms",
-                     f"{overhead:+.2f} %"])  # fmt: skip
+        rows.append(
+            [
+                label,
+                f"{s['median'] * 1e3:.3f} ms",
+                f"{s['min'] * 1e3:.3f}–{s['max'] * 1e3:.3f} ms",
+                f"{overhead:+.2f} %",
+            ]
+        )
     body = (
         f"## Agent overhead\n\n{today()} — {machine()}\n\n"
         f"MLP training step (2×512² layers, batch 256, CPU), {repetitions} interleaved runs × "
@@ -118,8 +132,8 @@ def main(quick: bool = False) -> str:
         + f"\n\nDevice synchronisations made by xmon threads: **{len(syncs)}** "
         f"{sorted(set(syncs))}: every synchronising `jax.Array` method (block_until_ready, "
         "_value, __array__, copy_to_host_async, item, tolist, scalar conversions) was wrapped "
-        "to record calls from xmon's threads; a canary thread that does synchronise was detected in "
-        f"{sum(1 for c in canaries if c)} of {len(canaries)} runs.\n"
+        "to record calls from xmon's threads; a canary thread that does synchronise was "
+        f"detected in {sum(1 for c in canaries if c)} of {len(canaries)} runs.\n"
     )
     write_section("agent-overhead", body)
     return body

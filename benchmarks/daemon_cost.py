@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+
 from common import REPO, machine, summary, table, today, write_section
 from procs import base_env, free_port, start_daemon, wait_for
 
@@ -22,11 +23,21 @@ from procs import base_env, free_port, start_daemon, wait_for
 def start_to_first_scrape(workdir: Path) -> float:
     port = free_port()
     socket = workdir / f"s{port}.sock"
-    cmd = [sys.executable, "-m", "xmon", "daemon", "--listen", f"127.0.0.1:{port}",
-           "--socket", str(socket), "--no-collector.nvml"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "xmon",
+        "daemon",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--socket",
+        str(socket),
+        "--no-collector.nvml",
+    ]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=base_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=base_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}/metrics"
 
     def scraped() -> bool:
@@ -58,8 +69,14 @@ def received(daemon_url: str) -> float:
 
 
 def load(socket: Path, agents: int, rate: float, seconds: float) -> subprocess.Popen[str]:
-    cmd = [sys.executable, str(REPO / "benchmarks" / "loadgen.py"), str(socket), str(agents),
-           str(rate), str(seconds)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "loadgen.py"),
+        str(socket),
+        str(agents),
+        str(rate),
+        str(seconds),
+    ]
     return subprocess.Popen(cmd, env=base_env(), cwd=REPO, stdout=subprocess.PIPE, text=True)
 
 
@@ -96,14 +113,23 @@ def main(quick: bool = False) -> str:
         fan_in = under_load(workdir, 64, 10.0, window)
     start = summary(starts)
     rows = [
-        ["start → first successful scrape", f"{start['median'] * 1e3:.0f} ms (max {start['max'] * 1e3:.0f})", "< 500 ms"],
+        [
+            "start → first successful scrape",
+            f"{start['median'] * 1e3:.0f} ms (max {start['max'] * 1e3:.0f})",
+            "< 500 ms",
+        ],
         ["CPU idle, no agents (1 s period)", f"{idle_alone:.2f} % of a core", ""],
         ["CPU idle, 4 agents at 1 Hz", f"{idle['cpu']:.2f} % of a core", "< 0.5 %"],
         ["RSS with 4 agents", f"{idle['rss']:.1f} MiB", "< 50 MB"],
         ["CPU, 64 agents × 10 Hz", f"{fan_in['cpu']:.1f} % of a core", "< 10 %"],
-        ["reports sent / lost, 64 × 10 Hz", f"{fan_in['sent']:.0f} / {fan_in['lost']:.0f} (agent-side drops {fan_in['dropped']:.0f})", "0 lost"],
+        [
+            "reports sent / lost, 64 × 10 Hz",
+            f"{fan_in['sent']:.0f} / {fan_in['lost']:.0f} "
+            f"(agent-side drops {fan_in['dropped']:.0f})",
+            "0 lost",
+        ],
         ["RSS with 64 agents", f"{fan_in['rss']:.1f} MiB", ""],
-    ]  # fmt: skip
+    ]
     body = (
         f"## Daemon cost\n\n{today()} — {machine()}\n\n"
         f"Real `xmon daemon` (host collector on); agents simulated with the agent's own transport "

@@ -24,32 +24,45 @@ def hello(index: int) -> xmon_pb2.AgentMessage:
     devices = [xmon_pb2.DeviceInfo(id=d, platform="cpu", device_kind="cpu") for d in range(4)]
     return xmon_pb2.AgentMessage(
         hello=xmon_pb2.AgentHello(
-            protocol_version=xmon_pb2.PROTOCOL_VERSION, job_name=f"load{index}",
-            pid=10_000_000 + index, hostname="loadgen", platform="cpu", jax_version="0",
-            jaxlib_version="0", devices=devices,
+            protocol_version=xmon_pb2.PROTOCOL_VERSION,
+            job_name=f"load{index}",
+            pid=10_000_000 + index,
+            hostname="loadgen",
+            platform="cpu",
+            jax_version="0",
+            jaxlib_version="0",
+            devices=devices,
         )
-    )  # fmt: skip
+    )
 
 
 def report(seq: int, steps: int) -> xmon_pb2.AgentMessage:
     memory = [
-        xmon_pb2.DeviceMemorySample(device_id=d, stats={"bytes_in_use": 2**20 * seq, "bytes_limit": 2**34})
+        xmon_pb2.DeviceMemorySample(
+            device_id=d, stats={"bytes_in_use": 2**20 * seq, "bytes_limit": 2**34}
+        )
         for d in range(4)
-    ]  # fmt: skip
+    ]
     programs = [
         xmon_pb2.ProgramInfo(fingerprint=f"{p:032x}", name=f"jit_f{p}", flops=1e9, num_devices=4)
         for p in range(5 if seq == 1 else 0)
     ]
     return xmon_pb2.AgentMessage(
         report=xmon_pb2.AgentReport(
-            seq=seq, wall_time=time.time(), memory=memory, programs=programs,
+            seq=seq,
+            wall_time=time.time(),
+            memory=memory,
+            programs=programs,
             compile=xmon_pb2.CompileCounters(compiles_total=5),
-            steps=xmon_pb2.StepCounters(steps_total=steps, step_seconds_total=steps * 0.01,
-                                        recent_step_seconds=[0.01] * 10),
-            devices=[xmon_pb2.DeviceInfo(id=d, platform="cpu", device_kind="cpu") for d in range(4)],
+            steps=xmon_pb2.StepCounters(
+                steps_total=steps, step_seconds_total=steps * 0.01, recent_step_seconds=[0.01] * 10
+            ),
+            devices=[
+                xmon_pb2.DeviceInfo(id=d, platform="cpu", device_kind="cpu") for d in range(4)
+            ],
             platform="cpu",
         )
-    )  # fmt: skip
+    )
 
 
 def run(socket: str, agents: int, rate: float, seconds: float) -> dict[str, int]:
@@ -82,5 +95,10 @@ def run(socket: str, agents: int, rate: float, seconds: float) -> dict[str, int]
 
 
 if __name__ == "__main__":
-    socket, agents, rate, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    socket, agents, rate, seconds = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        float(sys.argv[3]),
+        float(sys.argv[4]),
+    )
     print(json.dumps(run(socket, agents, rate, seconds)), flush=True)

@@ -13,15 +13,22 @@ import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
-
-from common import machine, summary, table, today, write_section
-from procs import free_port, wait_for
 
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.model import (
-    CompileStats, DaemonStats, DeviceInfo, DeviceMemory, Job, JobDevice, Program, Snapshot, StepStats,
-)  # fmt: skip
+    CompileStats,
+    DaemonStats,
+    DeviceInfo,
+    DeviceMemory,
+    Job,
+    JobDevice,
+    Program,
+    Snapshot,
+    StepStats,
+)
+
+from common import machine, summary, table, today, write_section
+from procs import free_port, wait_for
 
 SERIES_PER_DEVICE = 9  # memory series per job device
 SERIES_PER_PROGRAM = 9
@@ -32,28 +39,62 @@ def synthetic_snapshot(target_series: int, seq: int) -> Snapshot:
     devices = tuple(
         JobDevice(
             DeviceInfo(id=i, platform="tpu", device_kind="TPU v6 lite", coords=(i % 2, i // 2, 0)),
-            DeviceMemory(bytes_in_use=seq * 1000 + i, peak_bytes_in_use=2**30, bytes_limit=2**35,
-                         bytes_reserved=0, largest_free_block_bytes=2**34, largest_alloc_size=2**20,
-                         num_allocs=100 + seq, pool_bytes=2**33, fragmentation_ratio=0.1),
-        )  # fmt: skip
+            DeviceMemory(
+                bytes_in_use=seq * 1000 + i,
+                peak_bytes_in_use=2**30,
+                bytes_limit=2**35,
+                bytes_reserved=0,
+                largest_free_block_bytes=2**34,
+                largest_alloc_size=2**20,
+                num_allocs=100 + seq,
+                pool_bytes=2**33,
+                fragmentation_ratio=0.1,
+            ),
+        )
         for i in range(8)
     )
     programs = tuple(
-        Program(fingerprint=f"{p:032x}", name=f"jit_fn_{p}", flops=1e9 * p, bytes_accessed=1e6,
-                transcendentals=1e3, argument_bytes=1, output_bytes=2, temp_bytes=3,
-                generated_code_bytes=4, peak_memory_bytes=5, compile_seconds=0.1)
+        Program(
+            fingerprint=f"{p:032x}",
+            name=f"jit_fn_{p}",
+            flops=1e9 * p,
+            bytes_accessed=1e6,
+            transcendentals=1e3,
+            argument_bytes=1,
+            output_bytes=2,
+            temp_bytes=3,
+            generated_code_bytes=4,
+            peak_memory_bytes=5,
+            compile_seconds=0.1,
+        )
         for p in range(50)
-    )  # fmt: skip
+    )
     per_job = len(devices) * (SERIES_PER_DEVICE + 1) + len(programs) * SERIES_PER_PROGRAM + 40
     jobs = tuple(
-        Job(job_name=f"job{j}", pid=1000 + j, hostname="h", platform="tpu", jax_version="0.10.2",
-            jaxlib_version="0.10.2", devices=devices, programs=programs,
-            compile=CompileStats(compiles_total=seq), steps=StepStats(steps_total=seq,
-            p50_step_seconds=0.1, p90_step_seconds=0.1, p99_step_seconds=0.2))
+        Job(
+            job_name=f"job{j}",
+            pid=1000 + j,
+            hostname="h",
+            platform="tpu",
+            jax_version="0.10.2",
+            jaxlib_version="0.10.2",
+            devices=devices,
+            programs=programs,
+            compile=CompileStats(compiles_total=seq),
+            steps=StepStats(
+                steps_total=seq, p50_step_seconds=0.1, p90_step_seconds=0.1, p99_step_seconds=0.2
+            ),
+        )
         for j in range(max(1, round(target_series / per_job)))
-    )  # fmt: skip
-    return Snapshot(seq=seq, wall_time=time.time(), monotonic=time.monotonic(), hostname="h",
-                    daemon=DaemonStats(version="bench", started_at=0.0), jobs=jobs)  # fmt: skip
+    )
+    return Snapshot(
+        seq=seq,
+        wall_time=time.time(),
+        monotonic=time.monotonic(),
+        hostname="h",
+        daemon=DaemonStats(version="bench", started_at=0.0),
+        jobs=jobs,
+    )
 
 
 def scrape(url: str) -> tuple[float, int]:
@@ -104,8 +145,11 @@ def measure_node_exporter(scrapes: int, interval: float) -> tuple[dict[str, floa
     if binary is None:
         return None
     port = free_port()
-    proc = subprocess.Popen([binary, f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [binary, f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: scrape(url), 10, "node_exporter")
@@ -127,10 +171,20 @@ def main(quick: bool = False) -> str:
         node = measure_node_exporter(scrapes, interval)
         if node is not None:
             s, n = node
-            rows.append([f"node_exporter", n, f"{interval:g} s", f"{s['median']*1e3:.1f}", f"{s['p99']*1e3:.1f}"])
+            rows.append(
+                [
+                    "node_exporter",
+                    n,
+                    f"{interval:g} s",
+                    f"{s['median'] * 1e3:.1f}",
+                    f"{s['p99'] * 1e3:.1f}",
+                ]
+            )
         for target in (500, 2000, 10000):
             s, n = measure_xmon(target, scrapes, interval)
-            rows.append([f"xmon", n, f"{interval:g} s", f"{s['median']*1e3:.1f}", f"{s['p99']*1e3:.1f}"])
+            rows.append(
+                ["xmon", n, f"{interval:g} s", f"{s['median'] * 1e3:.1f}", f"{s['p99'] * 1e3:.1f}"]
+            )
     body = (
         f"## Scrape latency\n\n{today()} — {machine()}\n\n"
         f"{scrapes} gzip scrapes per row over HTTP on loopback, snapshots published every 1 s; "

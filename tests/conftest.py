@@ -11,6 +11,7 @@ from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
 from procs import Daemon, Prometheus, start_daemon, start_prometheus
 
 

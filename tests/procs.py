@@ -120,7 +120,13 @@ def start_daemon(
 
 
 def start_job(
-    workdir: Path, socket_path: Path, script: str, name: str, devices: int = 4, **env: str
+    workdir: Path,
+    socket_path: Path,
+    script: str,
+    name: str,
+    devices: int = 4,
+    period: float = 0.5,
+    **env: str,
 ) -> Proc:
     """Run a Python JAX script (text) with the agent attached via `xmon run`."""
     script_path = workdir / f"{name}.py"
@@ -131,7 +137,7 @@ def start_job(
         JAX_PLATFORMS="cpu",
         **env,
     )
-    cmd = [sys.executable, "-m", "xmon", "run", "--job-name", name, "--period", "0.5", "--",
+    cmd = [sys.executable, "-m", "xmon", "run", "--job-name", name, "--period", str(period), "--",
            sys.executable, str(script_path)]  # fmt: skip
     return spawn(cmd, workdir / f"{name}.log", full_env)
 

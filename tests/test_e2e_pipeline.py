@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from procs import Daemon, Proc, start_daemon, start_job, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -95,8 +95,13 @@ class Agent:
         started = time.perf_counter()
         try:
             self._refresh_devices()
-            message, fingerprints = self.build_report()
-            self.transport.offer(Outgoing(message, lambda: self.compiles.mark_sent(fingerprints)))
+            if self.transport.connected:
+                message, fingerprints = self.build_report()
+                on_sent = lambda: self.compiles.mark_sent(fingerprints)  # noqa: E731
+                self.transport.offer(Outgoing(message, on_sent))
+            else:  # nobody to send to: count the report without paying to build it
+                self.transport.counters.add("reports_dropped")
+            self.hlo.drain()  # render new programs' HLO text off the user's threads
         except Exception as exc:  # noqa: BLE001 - never let the agent thread die
             log.debug("xmon: report failed: %r", exc)
         self.overhead_seconds += time.perf_counter() - started

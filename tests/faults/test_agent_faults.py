@@ -1,0 +1,143 @@
+"""The job must finish with identical results whatever happens to the daemon."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from procs import Proc, start_daemon, start_job, wait_for
+
+pytestmark = pytest.mark.e2e
+
+# A deterministic job: its printed checksum must not depend on xmon at all.
+JOB = r"""
+import os, sys, time
+import jax, jax.numpy as jnp
+import xmon
+key = jax.random.key(42)
+w = jax.random.normal(key, (64, 64))
+step = jax.jit(lambda w: jnp.tanh(w @ w.T) * 0.5 + w * 0.5)
+for i in range(int(os.environ.get("STEPS", "200"))):
+    with xmon.step():
+        w = step(w)
+    time.sleep(float(os.environ.get("SLEEP", "0.005")))
+agent = xmon.agent.current() if xmon.is_attached() else None
+dropped = agent.transport.counters.reports_dropped if agent else -1
+print(f"CHECKSUM {float(w.sum()):.6f}", flush=True)
+print(f"ATTACHED {xmon.is_attached()} DROPPED {dropped}", flush=True)
+"""
+
+
+def _checksum(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("CHECKSUM")]
+    assert lines, output
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The job's result with the agent attached to a healthy daemon."""
+    tmp = tmp_path_factory.mktemp("reference")
+    daemon = start_daemon(tmp / "d")
+    try:
+        job = start_job(tmp, daemon.socket_path, JOB, "reference")
+        assert job.popen.wait(120) == 0, job.log()
+        return _checksum(job.log())
+    finally:
+        daemon.stop()
+
+
+def _run(tmp_path: Path, socket_path: Path, name: str, **env: str) -> Proc:
+    return start_job(tmp_path, socket_path, JOB, name, **env)
+
+
+def test_daemon_absent_at_start(tmp_path: Path, reference: str) -> None:
+    job = _run(tmp_path, tmp_path / "nobody-here.sock", "absent")
+    assert job.popen.wait(120) == 0, job.log()
+    output = job.log()
+    assert _checksum(output) == reference
+    assert "ATTACHED True DROPPED" in output and "DROPPED 0" not in output
+    assert "dropped while the daemon" in output  # one line at exit says what was lost
+
+
+def test_socket_path_unwritable(tmp_path: Path, reference: str) -> None:
+    job = _run(tmp_path, Path("/proc/xmon/cannot/exist.sock"), "unwritable")
+    assert job.popen.wait(120) == 0, job.log()
+    assert _checksum(job.log()) == reference
+
+
+@pytest.fixture
+def hung_daemon(tmp_path: Path) -> Iterator[Path]:
+    """A unix socket that accepts connections and never reads a byte."""
+    path = tmp_path / "hung.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield path
+    stop.set()
+    thread.join(2)
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def test_daemon_hung(tmp_path: Path, hung_daemon: Path, reference: str) -> None:
+    job = _run(tmp_path, hung_daemon, "hung")
+    assert job.popen.wait(120) == 0, job.log()
+    assert _checksum(job.log()) == reference
+
+
+def test_daemon_killed_and_restarted_mid_run(tmp_path: Path, reference: str) -> None:
+    daemon = start_daemon(tmp_path / "d")
+    job = _run(tmp_path, daemon.socket_path, "restarts", STEPS="600", SLEEP="0.01")
+    try:
+        wait_for(lambda: 'job_name="restarts"' in daemon.scrape(), 60, "the job to report")
+        daemon.stop(signal.SIGKILL)
+        restarted = start_daemon(tmp_path / "d")
+        try:
+            wait_for(lambda: 'job_name="restarts"' in restarted.scrape(), 60, "a reconnect")
+        finally:
+            restarted.stop(signal.SIGTERM)
+        assert job.popen.wait(120) == 0, job.log()
+        assert _checksum(job.log()) == reference
+    finally:
+        job.stop(signal.SIGKILL)
+
+
+def test_agent_memory_stays_bounded_without_daemon(tmp_path: Path) -> None:
+    """Thousands of reports and compiles with nobody listening: the agent's queues are capped."""
+    script = r"""
+import resource, jax, jax.numpy as jnp, xmon
+agent = xmon.attach()  # already attached by `xmon run --period 0.01`
+for i in range(300):
+    jax.jit(lambda x, i=i: x + i)(jnp.ones(3))  # 300 programs and compile events
+import time; time.sleep(2)  # ~200 reports offered to nobody
+t = agent.transport
+print("QUEUE", t._queue.qsize(), "DROPPED", t.counters.reports_dropped,
+      "PROGRAMS", len(agent.compiles.programs()), flush=True)
+"""
+    job = start_job(tmp_path, tmp_path / "none.sock", script, "bounded", period=0.01)
+    assert job.popen.wait(120) == 0, job.log()
+    line = next(x for x in job.log().splitlines() if x.startswith("QUEUE"))
+    _, queued, _, dropped, _, programs = line.split()
+    assert int(queued) == 0 and int(dropped) > 50 and 300 <= int(programs) <= 4096
