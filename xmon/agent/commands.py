@@ -1,34 +1,52 @@
-"""Commands the daemon sends into the job (trace capture, memory profile).
+"""Commands the daemon sends into the job (trace capture, memory profile, HLO text).
 
-They run on their own thread, one at a time, so a capture never blocks reporting, and a
-second request while one runs is answered "busy" instead of queueing up.
+Captures run on their own thread, one at a time, so a capture never blocks reporting, and a
+second request while one runs is answered "busy" instead of queueing up. HLO requests are cheap
+and independent of the profiler, so they run beside a capture. Nothing here raises into the job:
+every failure becomes a ``CommandResult`` with an ``error_code`` the daemon turns into a status.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from xmon.agent.hlo_store import HloStore
 from xmon.proto import xmon_pb2
 
 MAX_TRACE_MS = 10 * 60 * 1000
+ANNOTATION_NAME = "xmon_capture.json"  # next to each trace: who asked for it, and why
 
 
 class CommandRunner:
-    def __init__(self, reply: Callable[[xmon_pb2.CommandResult], None]) -> None:
+    def __init__(
+        self, reply: Callable[[xmon_pb2.CommandResult], None], hlo: HloStore | None = None
+    ) -> None:
         self._reply = reply
+        self._hlo = hlo
         self._busy = threading.Lock()
         self._stop = threading.Event()
+        self._last_export_second = 0
 
     def submit(self, command: xmon_pb2.DaemonCommand) -> None:
-        if not self._busy.acquire(blocking=False):
-            self._reply(_result(command, False, "busy: a capture is already running in this job"))
+        if command.WhichOneof("kind") == "get_hlo":
+            self._start(self._run_hlo, command)
             return
-        thread = threading.Thread(
-            target=self._run, args=(command,), name="xmon-command", daemon=True
-        )
+        if not self._busy.acquire(blocking=False):
+            self._reply(
+                _result(command, False, "busy: a capture is already running in this job", "busy")
+            )
+            return
+        self._start(self._run, command)
+
+    def _start(self, target: Callable[[xmon_pb2.DaemonCommand], None], command: object) -> None:
+        thread = threading.Thread(target=target, args=(command,), name="xmon-command", daemon=True)
         thread.start()
 
     def stop(self) -> None:
@@ -42,21 +60,32 @@ class CommandRunner:
             elif kind == "save_memory_profile":
                 result = self._memory_profile(command)
             else:
-                result = _result(command, False, f"unknown command {kind!r}")
+                result = _result(command, False, f"unknown command {kind!r}", "invalid")
         except Exception as exc:  # noqa: BLE001 - report, never raise into the job
-            result = _result(command, False, f"{type(exc).__name__}: {exc}")
+            result = _result(command, False, f"{type(exc).__name__}: {exc}", "failed")
         finally:
             self._busy.release()
         self._reply(result)
 
+    def _run_hlo(self, command: xmon_pb2.DaemonCommand) -> None:
+        try:
+            result = self._get_hlo(command)
+        except Exception as exc:  # noqa: BLE001
+            result = _result(command, False, f"{type(exc).__name__}: {exc}", "failed")
+        self._reply(result)
+
+    # -- trace -------------------------------------------------------------------------------
     def _trace(self, command: xmon_pb2.DaemonCommand) -> xmon_pb2.CommandResult:
         import jax.profiler
 
         request = command.start_trace
         if not 1 <= request.duration_ms <= MAX_TRACE_MS:
-            return _result(command, False, f"duration must be 1..{MAX_TRACE_MS} ms")
+            return _result(command, False, f"duration must be 1..{MAX_TRACE_MS} ms", "invalid")
         log_dir = Path(request.log_dir)
-        before = set(log_dir.rglob("*.xplane.pb")) if log_dir.exists() else set()
+        problem = writable_dir(log_dir)
+        if problem is not None:
+            return _result(command, False, problem, "not_writable")
+        before = trace_sessions(log_dir)
         options = _quiet_profile_options()
         try:
             if options is None:
@@ -64,23 +93,136 @@ class CommandRunner:
             else:
                 jax.profiler.start_trace(str(log_dir), profiler_options=options)
         except RuntimeError as exc:  # the job is already tracing itself
-            return _result(command, False, f"busy: {exc}")
+            return _result(command, False, f"busy: {exc}", "busy")
         try:
             self._stop.wait(request.duration_ms / 1000.0)
+            self._wait_for_a_new_second()
         finally:
-            jax.profiler.stop_trace()
-        written = sorted(str(p) for p in set(log_dir.rglob("*.xplane.pb")) - before)
-        return _result(command, True, f"traced {request.duration_ms} ms", written)
+            error = _stop_trace()
+            self._last_export_second = int(time.time())
+        new_sessions = trace_sessions(log_dir) - before
+        if error is not None:
+            for session in new_sessions:  # a half-written trace is worse than none
+                shutil.rmtree(session, ignore_errors=True)
+            return _result(command, False, f"could not write the trace: {error}", _code(error))
+        written = sorted(str(p) for s in new_sessions for p in s.glob("*.xplane.pb"))
+        for session in new_sessions:
+            _write_quietly(session / ANNOTATION_NAME, request.annotation_json)
+        return _result(command, True, f"traced {request.duration_ms} ms", paths=written)
 
+    def _wait_for_a_new_second(self) -> None:
+        # Trace directories are named by the second they are written in; a capture finishing in
+        # the same second as the previous one would overwrite it.
+        while int(time.time()) <= self._last_export_second:
+            time.sleep(0.05)
+
+    # -- memory profile ------------------------------------------------------------------------
     def _memory_profile(self, command: xmon_pb2.DaemonCommand) -> xmon_pb2.CommandResult:
         import jax.profiler
 
-        path = Path(command.save_memory_profile.path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        request = command.save_memory_profile
+        path = Path(request.path)
+        problem = writable_dir(path.parent)
+        if problem is not None:
+            return _result(command, False, problem, "not_writable")
         started = time.perf_counter()
-        jax.profiler.save_device_memory_profile(str(path))
+        try:
+            jax.profiler.save_device_memory_profile(str(path))
+        except OSError as exc:
+            _unlink_quietly(path)
+            return _result(command, False, f"could not write {path}: {exc}", _code(exc))
         took = time.perf_counter() - started
-        return _result(command, True, f"memory profile saved in {took:.3f} s", [str(path)])
+        _write_quietly(path.with_suffix(".json"), request.annotation_json)
+        return _result(command, True, f"memory profile saved in {took:.3f} s", paths=[str(path)])
+
+    # -- HLO -------------------------------------------------------------------------------------
+    def _get_hlo(self, command: xmon_pb2.DaemonCommand) -> xmon_pb2.CommandResult:
+        fingerprint = command.get_hlo.fingerprint
+        if self._hlo is None:
+            return _result(command, False, "this agent keeps no HLO text", "not_found")
+        data = self._hlo.get(fingerprint)
+        if data is None:
+            why = (
+                "its compressed text is larger than the agent keeps"
+                if fingerprint in self._hlo.too_large
+                else "it was evicted from the agent's bounded store, or never rendered"
+            )
+            return _result(command, False, f"HLO of {fingerprint} is not available: {why}",
+                            "not_found")  # fmt: skip
+        result = _result(command, True, f"{len(data)} bytes of gzipped HLO text")
+        result.hlo_gzip = data
+        return result
+
+
+def writable_dir(directory: Path) -> str | None:
+    """None if this process can create files in ``directory`` (made if missing), else why not."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".xmon-probe-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot write to {directory}: {exc.strerror or exc}"
+    return None
+
+
+def trace_sessions(log_dir: Path) -> set[Path]:
+    """The session directories jax.profiler writes: <log_dir>/plugins/profile/<timestamp>."""
+    root = log_dir / "plugins" / "profile"
+    try:
+        return {p for p in root.iterdir() if p.is_dir()}
+    except OSError:
+        return set()
+
+
+def _stop_trace() -> Exception | None:
+    import jax.profiler
+
+    try:
+        jax.profiler.stop_trace()
+        return None
+    except Exception as exc:  # noqa: BLE001 - e.g. disk full while exporting
+        _reset_profiler_state()
+        return exc
+
+
+def _reset_profiler_state() -> None:
+    # jax.profiler.stop_trace() keeps its session when the export fails, and every later
+    # start_trace() in this process would then answer "Profile has already been started".
+    try:
+        from jax._src import profiler
+
+        state = getattr(profiler, "_profile_state", None)
+        if state is not None and state.profile_session is not None:
+            state.reset()
+    except Exception:  # noqa: BLE001 - a jax without that private state: nothing to reset
+        pass
+
+
+def _code(error: BaseException) -> str:
+    number = getattr(error, "errno", None)
+    text = str(error)
+    if number in (errno.ENOSPC, errno.EDQUOT) or "No space left" in text:
+        return "no_space"
+    if number in (errno.EACCES, errno.EPERM, errno.EROFS) or "Permission denied" in text:
+        return "not_writable"
+    return "failed"
+
+
+def _write_quietly(path: Path, text: str) -> None:
+    if not text:
+        return
+    try:
+        path.write_text(text)
+    except OSError:
+        pass  # the capture itself is fine; its note is a nicety
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def _quiet_profile_options() -> object | None:
@@ -96,8 +238,16 @@ def _quiet_profile_options() -> object | None:
 
 
 def _result(
-    command: xmon_pb2.DaemonCommand, ok: bool, message: str, paths: list[str] | None = None
+    command: xmon_pb2.DaemonCommand,
+    ok: bool,
+    message: str,
+    error_code: str = "",
+    paths: list[str] | None = None,
 ) -> xmon_pb2.CommandResult:
     return xmon_pb2.CommandResult(
-        command_id=command.command_id, ok=ok, message=message, paths=paths or []
+        command_id=command.command_id,
+        ok=ok,
+        message=message,
+        paths=paths or [],
+        error_code="" if ok else error_code or "failed",
     )

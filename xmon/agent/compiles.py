@@ -54,6 +54,8 @@ class CompileRecorder:
         self._local = threading.local()
         self.events_dropped = 0
         self.generation = 0  # bumps on every compile; lets the step API notice new programs
+        # Receives (fingerprint, executable) of every program, e.g. the agent's HLO store.
+        self.executable_listener: Callable[[str, Any], None] | None = None
 
     # -- jax.monitoring callbacks (user threads) --------------------------------------------
     def on_event(self, event: str, **kwargs: Any) -> None:
@@ -116,6 +118,12 @@ class CompileRecorder:
             self._programs[record.fingerprint] = record
             self._mark_unsent(record.fingerprint)
         self._local.last_program = record.fingerprint
+        listener = self.executable_listener
+        if listener is not None:
+            try:
+                listener(record.fingerprint, executable)
+            except Exception:  # noqa: BLE001 - never break the user's compile
+                pass
 
     def _mark_unsent(self, fingerprint: str) -> None:
         if fingerprint not in self._unsent:

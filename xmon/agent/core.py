@@ -16,6 +16,7 @@ from xmon import __version__, paths
 from xmon.agent import memory
 from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
+from xmon.agent.hlo_store import HloStore
 from xmon.agent.programs import ProgramRecord
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
@@ -54,7 +55,9 @@ class Agent:
         self.compiles = CompileRecorder(in_step=self.steps.in_step)
         self._hooks = CompileHooks(self.compiles)
         self._annotations = StepAnnotationHook(self.steps) if step_annotations else None
-        self._commands = CommandRunner(self._send_result)
+        self.hlo = HloStore()
+        self.compiles.executable_listener = self.hlo.offer
+        self._commands = CommandRunner(self._send_result, self.hlo)
         self.transport = Transport(
             paths.grpc_target(self.socket_path), self._hello, self._commands.submit
         )
