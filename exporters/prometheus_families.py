@@ -22,6 +22,7 @@ from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME, 
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, Snapshot
 
 from .prometheus_gpu import add_gpu_series
+from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import PROGRAM_VALUES, rank_programs
 
 Number = int | float
@@ -123,6 +124,7 @@ def snapshot_families(
         _device(b, device, job_names)
     for job in snapshot.jobs:
         _job(b, job, program_limit)
+    add_profiling_series(b, snapshot)
     return b.families()
 
 

@@ -29,6 +29,7 @@ from xmon.exporters.prometheus import (
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME
 from xmon.model import (
     AgentHealth,
+    CaptureCount,
     CollectorHealth,
     CompileStats,
     DaemonStats,
@@ -36,6 +37,7 @@ from xmon.model import (
     DeviceInfo,
     DeviceMemory,
     DeviceProcess,
+    ExporterHealth,
     HardwareCounters,
     HostSample,
     Job,
@@ -93,6 +95,8 @@ def train_job(n_programs: int = 60) -> Job:
         utilization=Utilization(2e12, 2e9, 4e12, 4e9, 0.5, 0.5),
         process=ProcessSample(1.5, 120.0, 2**30, num_threads=12),
         agent=AgentHealth(50, 1, 2, 3, 0.01),
+        captures=(CaptureCount("trace", "step_time", 2, 1, 1_700_000_150.0, "slow step",
+                               ("/tb/train-1000/plugins/profile/s/node0.xplane.pb",)),),
     )  # fmt: skip
 
 
@@ -136,6 +140,7 @@ def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
         jobs=(train_job(), eval_job()) if jobs is None else jobs,
         collectors=(CollectorHealth("host", True, 0, 0.002),
                     CollectorHealth("libtpu", False, 0, None, present=False)),
+        exporters=(ExporterHealth("tensorboard", False, 3, "OSError: disk full", "/tb"),),
     )  # fmt: skip
 
 

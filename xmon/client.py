@@ -5,8 +5,10 @@ Snapshots arrive as JSON of the one data model and are decoded back into ``xmon.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -20,6 +22,38 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 class DaemonUnavailable(RuntimeError):
     """No daemon answers on the socket; the message says what to do about it."""
+
+
+class RequestFailed(RuntimeError):
+    """The daemon refused or could not do a capture or HLO request; ``code`` is the gRPC
+    status name (NOT_FOUND, ABORTED for busy, RESOURCE_EXHAUSTED for disk full, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """A finished capture (``Control.Capture``)."""
+
+    job_name: str
+    pid: int
+    kind: str  # "trace" | "memory"
+    log_dir: str  # give this to tensorboard / xprof as --logdir
+    run_dir: str  # the job's run: <log_dir>/<job>-<pid>
+    paths: tuple[str, ...]  # .xplane.pb files, or the memory profile (.prof)
+    message: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class HloText:
+    job_name: str
+    pid: int
+    fingerprint: str
+    program_name: str
+    text: str  # optimized HLO
 
 
 class DaemonClient:
@@ -88,6 +122,59 @@ class DaemonClient:
             raise self._unavailable(exc) from exc
         finally:
             stream.cancel()
+
+    def capture(
+        self,
+        job_name: str | None = None,
+        job_pid: int | None = None,
+        duration_s: float = 3.0,
+        log_dir: str | Path | None = None,
+        memory: bool = False,
+    ) -> CaptureResult:
+        """Ask the daemon to trace a job for ``duration_s`` (or save its device memory profile
+        with ``memory=True``); blocks until the files are written. The job is ``job_pid``, else
+        the job named ``job_name``, else the only attached one. Raises :class:`RequestFailed`
+        (busy, unknown job, disk full, ...) or :class:`DaemonUnavailable`."""
+        self.wait_ready()
+        request = xmon_pb2.CaptureRequest(
+            protocol_version=xmon_pb2.PROTOCOL_VERSION,
+            job_name=job_name or "",
+            pid=job_pid or 0,
+            duration_ms=max(0, round(duration_s * 1000)),
+            log_dir=str(Path(log_dir).expanduser().absolute()) if log_dir else "",
+            memory_profile=memory,
+        )
+        reply = self._call(self._stub.Capture, request, (0 if memory else duration_s) + 90.0)
+        return CaptureResult(
+            job_name=reply.job_name, pid=reply.pid, kind=reply.kind, log_dir=reply.log_dir,
+            run_dir=reply.run_dir, paths=tuple(reply.paths), message=reply.message,
+            seconds=reply.seconds,
+        )  # fmt: skip
+
+    def get_hlo(
+        self, fingerprint: str, job_name: str | None = None, job_pid: int | None = None
+    ) -> HloText:
+        """The optimized HLO text of a program, by fingerprint or a unique prefix of it."""
+        self.wait_ready()
+        request = xmon_pb2.GetHloRequest(
+            protocol_version=xmon_pb2.PROTOCOL_VERSION,
+            job_name=job_name or "",
+            pid=job_pid or 0,
+            fingerprint=fingerprint,
+        )
+        reply = self._call(self._stub.GetHlo, request, 60.0)
+        text = gzip.decompress(reply.hlo_gzip).decode(errors="replace")
+        return HloText(reply.job_name, reply.pid, reply.fingerprint, reply.program_name, text)
+
+    def _call(self, method: object, request: object, timeout: float) -> object:
+        try:
+            return method(request, timeout=timeout)  # type: ignore[operator]
+        except grpc.RpcError as exc:
+            code = exc.code()
+            # The daemon's own UNAVAILABLE answers name the job; any other is the channel's.
+            if code == grpc.StatusCode.UNAVAILABLE and not (exc.details() or "").startswith("job "):
+                raise self._unavailable(exc) from exc
+            raise RequestFailed(code.name, exc.details() or code.name) from None
 
 
 def decode(message: xmon_pb2.SnapshotMessage) -> Snapshot:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xmon import paths
+from xmon.profiling_config import ProfilingConfig, build_profiling, check_profiling
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 PEAK_KEYS = ("flops_per_second", "memory_bytes", "memory_bytes_per_second")
@@ -45,6 +46,8 @@ class DaemonConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
     agent_timeout_seconds: float = 10.0  # an agent silent this long is dropped
+    # [profiling]: captures, triggered captures, TensorBoard export (xmon.profiling_config)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     config_path: Path | None = None
 
 
@@ -149,6 +152,21 @@ def _peak_entry(kind: str, entry: Any) -> dict[str, float]:
     return clean
 
 
+def _profiling(value: Any, from_text: bool) -> dict[str, Any]:
+    try:
+        return check_profiling(value)
+    except ValueError as exc:
+        raise _Problem(str(exc)) from None
+
+
+def _profiling_json(value: Any, from_text: bool) -> dict[str, Any]:
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise _Problem(f'invalid JSON ({exc}); example: {{"triggers": false}}') from None
+    return _profiling(data, False)
+
+
 # Keys a TOML file may set, each with its validator. Names equal DaemonConfig fields.
 _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "listen_host": _text,
@@ -162,6 +180,7 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "agent_timeout_seconds": _number_in(0.1, 86_400),
     "collectors": _collectors,
     "peaks": _peaks,
+    "profiling": _profiling,
 }
 
 
@@ -207,6 +226,7 @@ _OVERRIDES: tuple[tuple[str | None, str, str, str, Callable[[Any, bool], Any]], 
     ("period", "--period", "XMON_PERIOD", "period_seconds", _number_in(*PERIOD_RANGE)),
     ("log_level", "--log-level", "XMON_LOG_LEVEL", "log_level", _log_level),
     (None, "", "XMON_PEAKS", "peaks", _peaks_json),
+    (None, "", "XMON_PROFILING", "profiling", _profiling_json),
 )
 
 
@@ -301,6 +321,12 @@ def load_config(
     values = {**file_values, **env_values, **flag_values}
     low, high = file_values.get("peaks", {}), env_values.get("peaks", {})
     values["peaks"] = {kind: {**low.get(kind, {}), **high.get(kind, {})} for kind in low | high}
+    try:  # per key: the environment wins over the file
+        values["profiling"] = build_profiling(
+            file_values.get("profiling", {}), env_values.get("profiling", {})
+        )
+    except ValueError as exc:
+        raise ConfigError(f"profiling: {exc}") from None
     values.setdefault("socket_path", paths.default_socket_path(env))
     values.setdefault("logdir", paths.default_logdir(env))
     return DaemonConfig(**values, config_path=chosen[0] if chosen else None)

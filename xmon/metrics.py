@@ -284,6 +284,22 @@ _DAEMON_METRICS = (
        "(0 is not an error).", COLLECTOR, "", "Snapshot.collectors[].present"),
 )
 
+_CAPTURE = (*JOB, "kind", "trigger")
+_PROFILING_METRICS = (
+    _c("xmon_job_captures_total", "Captures the daemon ran in the job: kind is trace or memory "
+       "(device memory profile); trigger is manual (xmon capture), step_time or memory (rules in "
+       "[profiling]). The reason of the last one is in the snapshot and next to its files.",
+       _CAPTURE, "", "Job.captures[].ok_total"),
+    _c("xmon_job_capture_failures_total", "Captures that failed (busy, disk full, logdir not "
+       "writable, job gone).", _CAPTURE, "", "Job.captures[].failed_total"),
+    _g("xmon_job_last_capture_timestamp_seconds", "Unix time of the last successful capture.",
+       _CAPTURE, "seconds", "Job.captures[].last_at"),
+    _g("xmon_exporter_up", "1 if the exporter's last write succeeded (tensorboard: the logdir).",
+       ("exporter",), "", "Snapshot.exporters[].up"),
+    _c("xmon_exporter_errors_total", "Failed writes of the exporter (unwritable logdir, disk "
+       "full).", ("exporter",), "", "Snapshot.exporters[].errors_total"),
+)
+
 # fmt: on
 
 GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
@@ -293,6 +309,7 @@ GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
     ("Jobs: devices, compiles, programs", _JOB_METRICS),
     ("Jobs: steps and utilisation", _STEP_METRICS),
     ("Jobs: process and agent transport", _PROCESS_METRICS),
+    ("Profiling: captures and file exporters", _PROFILING_METRICS),
 )
 METRICS: tuple[MetricSpec, ...] = tuple(spec for _, specs in GROUPS for spec in specs)
 SPEC_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}

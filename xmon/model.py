@@ -270,6 +270,32 @@ class Job:
     utilization: Utilization = field(default_factory=Utilization)
     process: ProcessSample | None = None
     agent: AgentHealth = field(default_factory=AgentHealth)
+    captures: tuple[CaptureCount, ...] = ()  # traces and memory profiles the daemon asked for
+
+
+@dataclass(frozen=True)
+class CaptureCount:
+    """Captures of one kind and trigger the daemon ran in a job (xmon.daemon.capture)."""
+
+    kind: str  # "trace" | "memory"
+    trigger: str  # "manual" (xmon capture) | "step_time" | "memory" (xmon.daemon.triggers)
+    ok_total: int = 0
+    failed_total: int = 0
+    last_at: float | None = None  # wall clock of the last successful one
+    last_reason: str | None = None  # why it was taken, e.g. "step 1.2 s > 3 x median 0.02 s"
+    last_paths: tuple[str, ...] = ()  # its files (.xplane.pb, or the .prof)
+    last_error: str | None = None  # why the last failed one failed
+
+
+@dataclass(frozen=True)
+class ExporterHealth:
+    """An exporter with a sink that can fail (TensorBoard logdir: unwritable, disk full)."""
+
+    name: str
+    up: bool
+    errors_total: int = 0
+    last_error: str | None = None
+    target: str | None = None  # where it writes, e.g. the logdir
 
 
 @dataclass(frozen=True)
@@ -306,6 +332,7 @@ class Snapshot:
     jobs: tuple[Job, ...] = ()
     collectors: tuple[CollectorHealth, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    exporters: tuple[ExporterHealth, ...] = ()  # as of the previous tick
 
 
 # --- JSON round trip -------------------------------------------------------------------------

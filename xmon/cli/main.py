@@ -49,8 +49,24 @@ def _top(parser: argparse.ArgumentParser) -> Handler:
     return top.main
 
 
+def _capture(parser: argparse.ArgumentParser) -> Handler:
+    from xmon.cli import capture
+
+    capture.add_arguments(parser)
+    return capture.main
+
+
+def _programs(parser: argparse.ArgumentParser) -> Handler:
+    from xmon.cli import programs
+
+    programs.add_arguments(parser)
+    return programs.main
+
+
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "daemon": ("run the per-host monitoring daemon", _daemon),
+    "capture": ("record a trace or memory profile inside a running JAX job", _capture),
+    "programs": ("list the compiled XLA programs of the jobs, or print one's HLO", _programs),
     "run": ("run a command with the xmon agent attached to its JAX job", _run),
     "demo": ("start a daemon and a small JAX training job on CPU to see xmon live", _demo),
     "monitor": ("print a JSON report per period, one a line (like neuron-monitor)", _monitor),

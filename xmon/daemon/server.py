@@ -12,12 +12,17 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import grpc
 
 from xmon import __version__
 from xmon.daemon.jobs import JobState
+from xmon.daemon.links import AgentLink
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+if TYPE_CHECKING:
+    from xmon.daemon.capture import Profiler
 
 log = logging.getLogger("xmon.daemon")
 
@@ -42,6 +47,7 @@ class Hub:
     counters: IngestCounters = field(default_factory=IngestCounters)
     latest: xmon_pb2.SnapshotMessage | None = None
     subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
+    links: dict[int, AgentLink] = field(default_factory=dict)  # stream id -> command channel
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def next_id(self) -> int:
@@ -71,7 +77,9 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         stream_id = hub.next_id()
         self._replace_same_process(hello.pid)
         hub.jobs[stream_id] = JobState(hello=hello, connected_at=time.time())
+        link = hub.links[stream_id] = AgentLink()
         log.info("agent attached: job %r pid %d", hello.job_name, hello.pid)
+        reader: asyncio.Task[None] | None = None
         try:
             welcome = xmon_pb2.Welcome(
                 protocol_version=xmon_pb2.PROTOCOL_VERSION,
@@ -79,8 +87,14 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
                 period_seconds=hub.period_seconds,
             )
             await context.write(xmon_pb2.DaemonMessage(welcome=welcome))
-            await self._read_reports(context, stream_id)
+            # One task reads reports and results; this coroutine is the stream's only writer.
+            reader = asyncio.create_task(self._read_reports(context, stream_id, link))
+            await _write_commands(context, link, reader)
         finally:
+            _finish_reader(reader)
+            link.close("the job's agent disconnected")
+            if hub.links.get(stream_id) is link:
+                del hub.links[stream_id]
             state = hub.jobs.pop(stream_id, None)
             hub.counters.disconnects += 1
             if state is not None:
@@ -113,7 +127,9 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return None
         return hello
 
-    async def _read_reports(self, context: grpc.aio.ServicerContext, stream_id: int) -> None:
+    async def _read_reports(
+        self, context: grpc.aio.ServicerContext, stream_id: int, link: AgentLink
+    ) -> None:
         hub = self._hub
         while True:
             message = await context.read()
@@ -126,13 +142,42 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             if kind == "report":
                 hub.counters.reports_received += 1
                 state.apply(message.report, time.time(), time.monotonic())
-            elif kind != "result":
+            elif kind == "result":
+                link.resolve(message.result)
+            else:
                 hub.counters.reports_rejected += 1
 
 
+async def _write_commands(
+    context: grpc.aio.ServicerContext, link: AgentLink, reader: asyncio.Task[None]
+) -> None:
+    """Write queued commands to the agent until its side of the stream ends."""
+    while True:
+        getter = asyncio.ensure_future(link.outbox.get())
+        done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+        if getter not in done:
+            getter.cancel()
+            return
+        try:
+            await context.write(getter.result())
+        except Exception as exc:  # noqa: BLE001 - the stream broke; the reader sees it too
+            log.debug("cannot write to an agent stream: %r", exc)
+            return
+
+
+def _finish_reader(reader: asyncio.Task[None] | None) -> None:
+    if reader is None:
+        return
+    if not reader.done():
+        reader.cancel()
+    elif not reader.cancelled() and reader.exception() is not None:
+        log.debug("agent stream ended: %r", reader.exception())
+
+
 class ControlService(xmon_pb2_grpc.ControlServicer):
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, profiler: Profiler | None = None) -> None:
         self._hub = hub
+        self._profiler = profiler
 
     async def Subscribe(  # noqa: N802
         self, request: xmon_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
@@ -153,3 +198,38 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
         if self._hub.latest is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "daemon is starting: no snapshot yet")
         return self._hub.latest
+
+    async def Capture(  # noqa: N802
+        self, request: xmon_pb2.CaptureRequest, context: grpc.aio.ServicerContext
+    ) -> xmon_pb2.CaptureReply:
+        from xmon.daemon.capture import CaptureError
+
+        profiler = await self._require_profiler(request.protocol_version, context)
+        try:
+            return await profiler.handle_capture(request)
+        except CaptureError as exc:
+            await context.abort(exc.code, exc.message)
+            raise  # not reached: abort raises
+
+    async def GetHlo(  # noqa: N802
+        self, request: xmon_pb2.GetHloRequest, context: grpc.aio.ServicerContext
+    ) -> xmon_pb2.GetHloReply:
+        from xmon.daemon.capture import CaptureError
+
+        profiler = await self._require_profiler(request.protocol_version, context)
+        try:
+            return await profiler.handle_get_hlo(request)
+        except CaptureError as exc:
+            await context.abort(exc.code, exc.message)
+            raise
+
+    async def _require_profiler(self, version: int, context: grpc.aio.ServicerContext) -> Profiler:
+        if version not in SUPPORTED_PROTOCOLS:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"protocol version {version} not supported by daemon {__version__}",
+            )
+        if self._profiler is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon runs no profiler")
+        assert self._profiler is not None
+        return self._profiler

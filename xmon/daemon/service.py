@@ -20,6 +20,7 @@ from xmon import __version__
 from xmon.collectors.base import CollectContext, CollectorRunner
 from xmon.config import DaemonConfig
 from xmon.daemon.jobs import JobBuilder
+from xmon.daemon.profiling import Profiling
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.model import DaemonStats, Snapshot, snapshot_to_dict
@@ -62,6 +63,7 @@ class Daemon:
         self.runner = CollectorRunner(collectors, timeout=max(0.5, config.period_seconds))
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint = MetricsEndpoint(program_limit=config.program_series_limit)
+        self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
         self.hostname = socket.gethostname()
         self.started_at = time.time()
         self._seq = 0
@@ -87,6 +89,7 @@ class Daemon:
             )  # fmt: skip
             await self._tick_forever()
         finally:
+            await self.profiling.close()  # also flushes the TensorBoard event files
             await server.stop(grace=1.0)
             self.endpoint.stop()
             self.runner.close()
@@ -103,7 +106,8 @@ class Daemon:
             ]
         )
         xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
-        xmon_pb2_grpc.add_ControlServicer_to_server(ControlService(self.hub), server)
+        control = ControlService(self.hub, self.profiling.profiler)
+        xmon_pb2_grpc.add_ControlServicer_to_server(control, server)
         address = f"unix://{self.config.socket_path.absolute()}"
         try:
             if server.add_insecure_port(address) == 0:
@@ -132,6 +136,7 @@ class Daemon:
     async def tick(self) -> Snapshot:
         snapshot = await self.build_snapshot()
         self.endpoint.update(snapshot)
+        self.profiling.on_snapshot(snapshot)
         payload = json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
         self.hub.publish(
             xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
@@ -154,6 +159,7 @@ class Daemon:
             self.builder.build(state, output.processes.get(state.pid))
             for state in sorted(live.values(), key=lambda s: (s.job_name, s.pid))
         )
+        jobs = self.profiling.annotate(jobs)
         self._seq += 1
         counters = self.hub.counters
         return Snapshot(
@@ -173,6 +179,7 @@ class Daemon:
             devices=output.devices,
             jobs=jobs,
             collectors=health,
+            exporters=self.profiling.health(),
         )
 
 

@@ -317,7 +317,7 @@ class XmonTop(App[None]):
         self.call_from_thread(self.notify, message, severity=severity)
 
 
-def run_top(socket_path: Path | None, refresh_seconds: float) -> int:
+def run_top(socket_path: Path | None, refresh_seconds: float, trace_seconds: float = 3.0) -> int:
     source = DaemonSource(socket_path)
-    XmonTop(source, daemon_capture(socket_path), refresh_seconds).run()
+    XmonTop(source, daemon_capture(socket_path, trace_seconds), refresh_seconds).run()
     return 0

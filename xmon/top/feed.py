@@ -55,16 +55,21 @@ class DaemonSource:
         delay = RETRY_MIN_SECONDS
         yield FeedStatus(False, f"connecting to the daemon at {self.socket_path}")
         while not self._closed.is_set():
-            client = self._client = DaemonClient(self.socket_path)
+            client = DaemonClient(self.socket_path)
             try:
                 for n, snapshot in enumerate(client.subscribe()):
                     if n == 0:
+                        # Only a live stream may be closed from another thread: closing the
+                        # channel while grpc still polls its state makes grpc raise in its own
+                        # thread.
+                        self._client = client
                         delay = RETRY_MIN_SECONDS
                         yield FeedStatus(True, f"connected to {self.socket_path}")
                     yield snapshot
             except DaemonUnavailable:
                 pass
             finally:
+                self._client = None
                 client.close()
             if self._closed.is_set():
                 return

@@ -54,20 +54,22 @@ class CaptureUnavailable(RuntimeError):
     """The daemon offers no capture call (yet); the message is what the user sees."""
 
 
-def daemon_capture(socket_path: Path | None) -> Callable[[int], str]:
-    """A ``capture(pid) -> str`` that asks the daemon for a trace of the job ``pid``.
+def daemon_capture(socket_path: Path | None, seconds: float = 3.0) -> Callable[[int], str]:
+    """A ``capture(pid) -> str`` that asks the daemon for a ``seconds`` long trace of the job
+    ``pid`` and says where it was written.
 
-    ``DaemonClient.capture`` is looked up when the key is pressed, so a client that has gained
-    the call (the Control service's Capture RPC) is used without changes here.
+    ``DaemonClient.capture`` is looked up when the key is pressed, so a client without the call
+    gives a clear message instead of failing at start-up.
     """
 
     def capture(pid: int) -> str:
         from xmon.client import DaemonClient
 
-        if not callable(getattr(DaemonClient, "capture", None)):
+        method = getattr(DaemonClient, "capture", None)
+        if not callable(method):
             raise CaptureUnavailable(CAPTURE_UNAVAILABLE)
         with DaemonClient(socket_path) as client:
-            reply = client.capture(pid=pid)  # type: ignore[attr-defined]
+            reply = method(client, job_pid=pid, duration_s=seconds)
         return describe_capture(pid, reply)
 
     return capture

@@ -1,0 +1,217 @@
+"""Snapshot -> TensorBoard scalars: one run per job, ``<logdir>/<job>-<pid>``.
+
+Written with tensorboard's own ``EventFileWriter`` and ``tensorboard.compat.proto`` events (no
+TensorFlow). The job's traces land in the same run (``plugins/profile/``), so TensorBoard shows
+scalars and traces of a job together. A scalar's step is milliseconds since the job attached
+(monotonic per job, also across daemon restarts; TensorBoard's "relative" axis shows time).
+
+The sink can fail (logdir not writable, disk full): the exporter then logs once, reports
+itself down in ``Snapshot.exporters``, drops its writers and tries again after
+``RETRY_SECONDS``; it never raises into the daemon. Retention by size and age runs every
+``retention_every_seconds`` (see :mod:`xmon.exporters.tb_logdir`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from xmon.model import Device, ExporterHealth, Job, Snapshot
+
+from . import tb_logdir
+
+log = logging.getLogger("xmon.exporters.tensorboard")
+
+NAME = "tensorboard"
+RETRY_SECONDS = 30.0
+FILE_SUFFIX = ".xmon"
+
+
+def _hardware_scalars(job: Job, devices: tuple[Device, ...]) -> list[tuple[str, float | None]]:
+    out: list[tuple[str, float | None]] = []
+    for device in devices:
+        if job.pid not in device.pids and all(p.pid != job.pid for p in device.processes):
+            continue
+        h, prefix = device.hardware, f"hardware/{device.platform}_{device.index}"
+        out += [
+            (f"{prefix}/utilization_ratio", h.utilization_ratio),
+            (f"{prefix}/duty_cycle_ratio", h.duty_cycle_ratio),
+            (f"{prefix}/tensor_active_ratio", h.tensor_active_ratio),
+            (f"{prefix}/memory_bandwidth_utilization_ratio", h.memory_bandwidth_utilization_ratio),
+            (f"{prefix}/memory_used_bytes", h.memory_used_bytes),
+            (f"{prefix}/power_watts", h.power_watts),
+        ]
+    return out
+
+
+def job_scalars(job: Job, devices: tuple[Device, ...] = ()) -> list[tuple[str, float]]:
+    """(tag, value) of one job at one snapshot; unknown values are left out, never 0."""
+    raw: list[tuple[str, float | None]] = []
+    for device in job.devices:
+        m, prefix = device.memory, f"memory/device_{device.info.id}"
+        raw += [
+            (f"{prefix}/in_use_bytes", m.in_use_bytes),
+            (f"{prefix}/peak_bytes", m.peak_bytes_in_use),
+            (f"{prefix}/limit_bytes", m.bytes_limit),
+            (f"{prefix}/fragmentation_ratio", m.fragmentation_ratio),
+        ]
+    raw += _hardware_scalars(job, devices)
+    s, u, c = job.steps, job.utilization, job.compile
+    raw += [
+        ("steps/last_step_seconds", s.last_step_seconds),
+        ("steps/p50_step_seconds", s.p50_step_seconds),
+        ("steps/p90_step_seconds", s.p90_step_seconds),
+        ("steps/steps_per_second", s.steps_per_second),
+        ("steps/steps_total", s.steps_total),
+        ("utilization/model_flops_utilization_ratio", u.model_flops_utilization_ratio),
+        ("utilization/memory_bandwidth_utilization_ratio", u.memory_bandwidth_utilization_ratio),
+        ("utilization/achieved_flops_per_second", u.achieved_flops_per_second),
+        ("utilization/achieved_bytes_per_second", u.achieved_bytes_per_second),
+        ("compile/compiles_total", c.compiles_total),
+        ("compile/recompiles_total", c.recompiles_total),
+        ("compile/backend_compile_seconds_total", c.backend_compile_seconds_total),
+        ("compile/programs", len(job.programs)),
+    ]
+    if job.process is not None:
+        raw += [
+            ("process/cpu_utilization_ratio", job.process.cpu_utilization_ratio),
+            ("process/resident_memory_bytes", job.process.resident_memory_bytes),
+        ]
+    raw += [(f"captures/{x.trigger}_{x.kind}_total", x.ok_total) for x in job.captures]
+    return [(tag, float(value)) for tag, value in raw if value is not None]
+
+
+def scalar_event(wall_time: float, step: int, scalars: list[tuple[str, float]]) -> event_pb2.Event:
+    values = [summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in scalars]
+    summary = summary_pb2.Summary(value=values)
+    return event_pb2.Event(wall_time=wall_time, step=step, summary=summary)
+
+
+def step_of(job: Job, wall_time: float) -> int:
+    """Milliseconds since the job attached."""
+    origin = job.started_at if job.started_at > 0 else 0.0
+    return max(0, int(round((wall_time - origin) * 1000)))
+
+
+class TensorBoardExporter:
+    def __init__(
+        self,
+        logdir: Path,
+        interval_seconds: float = 10.0,
+        flush_seconds: float = 10.0,
+        max_bytes: int = 0,
+        max_age_seconds: float = 0.0,
+        retention_every_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.logdir = logdir
+        self._interval = interval_seconds
+        self._flush_every = flush_seconds
+        self._retention = (max_bytes, max_age_seconds, retention_every_seconds)
+        self._clock, self._wall = clock, wall
+        self._writers: dict[tuple[str, int], EventFileWriter] = {}
+        self._last_write: float | None = None
+        self._last_flush = clock()
+        self._last_retention: float | None = None
+        self._retry_at: float | None = None
+        self.errors_total = 0
+        self.last_error: str | None = None
+
+    # -- public --------------------------------------------------------------------------------
+    def update(self, snapshot: Snapshot) -> None:
+        """Write this snapshot's scalars if the interval has passed; never raises."""
+        now = self._clock()
+        if self._retry_at is not None and now < self._retry_at:
+            return
+        if self._last_write is not None and now - self._last_write < self._interval:
+            return
+        self._last_write = now
+        try:
+            self._write(snapshot)
+            if now - self._last_flush >= self._flush_every:
+                self.flush()
+            self._maybe_enforce_retention(now)
+        except Exception as exc:  # noqa: BLE001 - any sink failure: report, back off, go on
+            self._fail(exc, now)
+            return
+        if self._retry_at is not None:
+            log.info("tensorboard export to %s works again", self.logdir)
+            self._retry_at = None
+
+    def flush(self) -> None:
+        for writer in self._writers.values():
+            writer.flush()
+        self._last_flush = self._clock()
+
+    def close(self) -> None:
+        """Flush and close every run's writer (daemon shutdown)."""
+        for key in list(self._writers):
+            self._close(key)
+
+    def health(self) -> ExporterHealth:
+        return ExporterHealth(
+            name=NAME,
+            up=self._retry_at is None,
+            errors_total=self.errors_total,
+            last_error=self.last_error,
+            target=str(self.logdir),
+        )
+
+    # -- internals -----------------------------------------------------------------------------
+    def _write(self, snapshot: Snapshot) -> None:
+        live = {(job.job_name, job.pid) for job in snapshot.jobs}
+        for key in [k for k in self._writers if k not in live]:
+            self._close(key)  # the job has gone: its file is complete
+        for job in snapshot.jobs:
+            scalars = job_scalars(job, snapshot.devices)
+            if not scalars:
+                continue
+            writer = self._writer(job)
+            writer.add_event(scalar_event(snapshot.wall_time, step_of(job, snapshot.wall_time),
+                                          scalars))  # fmt: skip
+
+    def _writer(self, job: Job) -> EventFileWriter:
+        key = (job.job_name, job.pid)
+        writer = self._writers.get(key)
+        if writer is None:
+            run = tb_logdir.run_dir(self.logdir, job.job_name, job.pid)
+            writer = EventFileWriter(
+                str(run), max_queue_size=1024, flush_secs=3600, filename_suffix=FILE_SUFFIX
+            )
+            self._writers[key] = writer
+        return writer
+
+    def _close(self, key: tuple[str, int]) -> None:
+        writer = self._writers.pop(key)
+        try:
+            writer.close()
+        except Exception as exc:  # noqa: BLE001 - a writer that already failed
+            log.debug("closing the tensorboard writer of %s: %r", key, exc)
+
+    def _maybe_enforce_retention(self, now: float) -> None:
+        max_bytes, max_age, every = self._retention
+        if not (max_bytes or max_age):
+            return
+        if self._last_retention is not None and now - self._last_retention < every:
+            return
+        self._last_retention = now
+        keep = [Path(f) for w in self._writers.values() if (f := getattr(w, "_file_name", None))]
+        removed = tb_logdir.enforce_retention(self.logdir, max_bytes, max_age, self._wall(), keep)
+        if removed:
+            log.info("retention removed %d item(s) from %s", len(removed), self.logdir)
+
+    def _fail(self, exc: Exception, now: float) -> None:
+        self.errors_total += 1
+        message = f"{type(exc).__name__}: {exc}"
+        if self._retry_at is None or message != self.last_error:  # log once per state
+            log.warning("tensorboard export to %s failed: %s (retrying every %.0f s)",
+                        self.logdir, message, RETRY_SECONDS)  # fmt: skip
+        self.last_error = message
+        self._retry_at = now + RETRY_SECONDS
+        self.close()

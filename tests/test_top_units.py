@@ -1,0 +1,137 @@
+"""The pure parts of ``xmon top``: device merging, sorting, formatting, history, capture text."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+from views_support import GiB, job, snapshot, tpu_device
+
+from xmon.cli import top as top_cli
+from xmon.model import DeviceMemory, HardwareCounters
+from xmon.top import fmt
+from xmon.top.help import describe_capture
+from xmon.top.history import History
+from xmon.top.viewmodel import device_rows, job_memory_limit, sort_by
+
+
+def test_job_devices_land_on_their_hardware_rows() -> None:
+    train = job("train", 1000, devices=2, in_use=GiB, mfu=0.3)
+    snap = snapshot(1, jobs=(train,), devices=(tpu_device(0, (1000,)), tpu_device(1, (1000,))))
+    rows = device_rows(snap)
+    assert [r.key for r in rows] == ["hw:libtpu:0", "hw:libtpu:1"]
+    row = rows[0]
+    assert row.job_names == ("train",) and row.pids == (1000,)
+    assert row.memory_used_bytes == 4 * GiB  # the driver's number wins over the allocator's
+    assert row.memory_limit_bytes == 32 * GiB and row.memory_peak_bytes == 2 * GiB
+    assert row.utilization_ratio == 0.5 and row.mfu_ratio == 0.3
+    assert row.memory_ratio == pytest.approx(0.125) and row.peak_ratio == pytest.approx(1 / 16)
+
+
+def test_unmatched_job_devices_get_their_own_rows_and_filters_apply() -> None:
+    cpu = job("cpu", 7, devices=4, platform="cpu", limit=None, mfu=None)
+    other = job("other", 8, devices=1)
+    snap = snapshot(1, jobs=(cpu, other), devices=(tpu_device(0, (8,)), tpu_device(1)))
+    keys = [r.key for r in device_rows(snap)]
+    assert keys == ["hw:libtpu:0", "hw:libtpu:1", "job:7:0", "job:7:1", "job:7:2", "job:7:3"]
+    assert [r.key for r in device_rows(snap, pid=8)] == ["hw:libtpu:0"]
+    cpu_rows = device_rows(snap, pid=7)
+    assert len(cpu_rows) == 4 and all(r.memory_limit_bytes is None for r in cpu_rows)
+    assert cpu_rows[0].memory_ratio is None  # no limit: no bar, never a guess
+    assert cpu_rows[0].utilization_ratio is None and cpu_rows[0].power_watts is None
+
+
+def test_hardware_row_falls_back_to_job_memory_and_duty_cycle() -> None:
+    bare = dataclasses.replace(tpu_device(0, (1,)), hardware=HardwareCounters(duty_cycle_ratio=0.7))
+    snap = snapshot(1, jobs=(job("a", 1, devices=1, in_use=GiB, limit=8 * GiB),), devices=(bare,))
+    (row,) = device_rows(snap)
+    assert row.utilization_ratio == 0.7
+    assert (row.memory_used_bytes, row.memory_limit_bytes) == (GiB, 8 * GiB)
+
+
+def test_job_memory_limit_is_unknown_if_any_device_lacks_it() -> None:
+    j = job(devices=2)
+    assert job_memory_limit(j) == 32 * GiB
+    devices = (j.devices[0], dataclasses.replace(j.devices[1], memory=DeviceMemory()))
+    assert job_memory_limit(dataclasses.replace(j, devices=devices)) is None
+
+
+def test_sort_keeps_unknown_last_both_ways() -> None:
+    values = [3, None, 1, 2]
+    assert sort_by(values, lambda v: v) == [1, 2, 3, None]
+    assert sort_by(values, lambda v: v, reverse=True) == [3, 2, 1, None]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "n/a"), (0, "0B"), (1000, "1000B"), (1536, "1.5K"), (512 * 2**20, "512M"),
+     (1.5 * GiB, "1.5G"), (80 * GiB, "80G")],
+)  # fmt: skip
+def test_human_bytes(value: float | None, text: str) -> None:
+    assert fmt.human_bytes(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "n/a"), (0.0005, "500µs"), (0.0123, "12.3ms"), (1.25, "1.25s"), (185, "3m05s"),
+     (7300, "2h01m"), (3 * 86400, "3d")],
+)  # fmt: skip
+def test_seconds(value: float | None, text: str) -> None:
+    assert fmt.seconds(value) == text
+
+
+def test_formatters_print_na_for_unknown() -> None:
+    for formatter in (fmt.percent, fmt.rate, fmt.si, fmt.watts, fmt.celsius):
+        assert formatter(None) == "n/a"
+    assert fmt.percent(0.256, 1) == "25.6%" and fmt.si(1.2e12, "B") == "1.2TB"
+
+
+def test_bars_and_sparklines() -> None:
+    assert fmt.bar_cells(0.0, 4) == "    "
+    assert fmt.bar_cells(1.0, 4) == "████"
+    assert fmt.bar_cells(0.5, 4) == "██  "
+    assert fmt.bar_cells(0.3, 4) == "█▎  "  # 9.6 eighths: one cell and two eighths
+    assert fmt.sparkline([0, 0.5, 1.0, None], 4, top=1.0) == "▁▅█ "
+    assert fmt.sparkline([1, 2], 4) == "  ▅█"  # right-aligned, scaled to its max
+    assert fmt.sparkline([], 3) == "   "
+    bar = fmt.Bar(0.5, "1G/2G", peak=0.75).text(8)
+    assert bar.plain == "████·│·· 1G/2G"  # the peak reaches the 6th cell of 8
+    assert fmt.Bar(None, "2M").text(4).plain == "···· 2M"
+
+
+def test_history_is_bounded_and_forgets_gone_series() -> None:
+    history = History(size=3)
+    with_job = snapshot(1, jobs=(job("a", 1, devices=1),))
+    for _ in range(5):
+        history.add(with_job)
+    steps = history.series["job:1:steps"]
+    assert list(steps.points) == [2.0, 2.0, 2.0]
+    assert history.latest("job:1:mfu") == 0.4
+    for _ in range(2):
+        history.add(snapshot(2))
+    assert list(history.series["job:1:steps"].points) == [2.0, None, None]
+    history.add(snapshot(3))
+    assert "job:1:steps" not in history.series and "host:cpu" in history.series
+
+
+def test_capture_replies_become_one_line() -> None:
+    class Reply:
+        log_dir = "/var/lib/xmon/tensorboard"
+        message = "2 hosts traced"
+
+    assert describe_capture(5, Reply()) == (
+        "trace of pid 5 captured: 2 hosts traced; tensorboard --logdir /var/lib/xmon/tensorboard"
+    )
+    assert describe_capture(5, None) == "trace of pid 5 requested"
+
+
+@pytest.mark.parametrize(
+    ("refresh", "trace", "tty", "message"),
+    [(1.0, 3.0, True, None), (0.0, 3.0, True, "--refresh must be 0.05-60 seconds, got 0"),
+     (1.0, 0.0, True, "--trace-seconds must be 0.1-600, got 0"),
+     (1.0, 3.0, False, "needs a terminal; for machine-readable output use `xmon monitor`")],
+)  # fmt: skip
+def test_cli_arguments(refresh: float, trace: float, tty: bool, message: str | None) -> None:
+    args = argparse.Namespace(refresh=refresh, trace_seconds=trace)
+    assert top_cli.problem(args, tty) == message

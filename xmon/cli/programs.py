@@ -1,0 +1,103 @@
+"""``xmon programs``: the catalogue of compiled XLA programs of the attached jobs, and
+``xmon programs --hlo FINGERPRINT`` for one program's optimized HLO text."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
+
+COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES", "FLOP/B", "RIDGE", "BOUND",
+           "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC")  # fmt: skip
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--job", metavar="NAME", help="only the job with this name")
+    which.add_argument("--pid", type=int, help="only the job with this process id")
+    parser.add_argument(
+        "--sort", choices=SORT_KEYS, default="flops",
+        help="largest first: FLOPs, bytes accessed, compile time, or executions (default flops)",
+    )  # fmt: skip
+    parser.add_argument("--limit", type=int, default=0, help="show at most N programs")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--hlo", metavar="FINGERPRINT",
+        help="print the optimized HLO text of the program (a unique prefix is enough)",
+    )  # fmt: skip
+    parser.add_argument("--socket", help="daemon socket (default: $XMON_SOCKET or standard)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from xmon.client import DaemonClient, DaemonUnavailable, RequestFailed
+
+    if args.limit < 0:
+        return _fail("--limit must be 0 (all) or more")
+    try:
+        with DaemonClient(Path(args.socket) if args.socket else None) as client:
+            if args.hlo is not None:
+                hlo = client.get_hlo(args.hlo, job_name=args.job, job_pid=args.pid)
+                sys.stdout.write(hlo.text if hlo.text.endswith("\n") else hlo.text + "\n")
+                return 0
+            snapshot = client.get_snapshot()
+    except (DaemonUnavailable, RequestFailed) as exc:
+        return _fail(str(exc))
+    try:
+        jobs = select_jobs(snapshot, args.job, args.pid)
+    except LookupError as exc:
+        return _fail(str(exc))
+    selected = sort_rows(rows(jobs), args.sort)
+    if args.limit:
+        selected = selected[: args.limit]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in selected], indent=1))
+    elif not selected:
+        print("no compiled programs yet" if jobs else "no job is attached to the daemon")
+    else:
+        print(render_table(selected))
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"xmon programs: {message}", file=sys.stderr)
+    return 1
+
+
+def si(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def binary(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.0f}B"
+
+
+def _cells(r: ProgramRow) -> tuple[str, ...]:
+    return (
+        r.job_name, str(r.pid), r.fingerprint[:12], r.name, si(r.flops), binary(r.bytes_accessed),
+        si(r.arithmetic_intensity), si(r.ridge_point), r.bound or "-", binary(r.argument_bytes),
+        binary(r.output_bytes), binary(r.temp_bytes), binary(r.generated_code_bytes),
+        "-" if r.compile_seconds is None else f"{r.compile_seconds:.3f}s",
+        "-" if r.executions is None else str(r.executions),
+    )  # fmt: skip
+
+
+def render_table(items: list[ProgramRow]) -> str:
+    table = [COLUMNS, *(_cells(r) for r in items)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in table]  # fmt: skip
+    return "\n".join(lines)

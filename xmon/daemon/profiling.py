@@ -1,0 +1,72 @@
+"""The daemon's profiling side in one place: captures on request, triggered captures, and the
+TensorBoard scalar export, driven from the daemon's tick."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from xmon.config import DaemonConfig
+from xmon.daemon.capture import CaptureSpec, Profiler
+from xmon.daemon.server import Hub
+from xmon.daemon.triggers import Fire, TriggerEngine, TriggerRules
+from xmon.model import ExporterHealth, Job, Snapshot
+from xmon.profiling_config import ProfilingConfig
+
+log = logging.getLogger("xmon.daemon")
+
+
+class Profiling:
+    def __init__(self, hub: Hub, config: DaemonConfig) -> None:
+        settings: ProfilingConfig = getattr(config, "profiling", None) or ProfilingConfig()
+        self.settings = settings
+        self.profiler = Profiler(hub, settings, config.logdir)
+        rules = TriggerRules.from_config(settings)
+        self.triggers = TriggerEngine(rules) if settings.triggers else None
+        self.tensorboard = None
+        if settings.tensorboard:
+            from xmon.exporters.tensorboard import TensorBoardExporter
+
+            self.tensorboard = TensorBoardExporter(
+                config.logdir,
+                interval_seconds=settings.tensorboard_interval_seconds,
+                flush_seconds=settings.tensorboard_flush_seconds,
+                max_bytes=settings.retention_max_bytes,
+                max_age_seconds=settings.retention_max_age_seconds,
+            )
+        self._export: asyncio.Task[None] | None = None
+
+    def annotate(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
+        return self.profiler.annotate(jobs)
+
+    def health(self) -> tuple[ExporterHealth, ...]:
+        return () if self.tensorboard is None else (self.tensorboard.health(),)
+
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        """Export and evaluate triggers without delaying the tick: file I/O runs in a thread,
+        and a snapshot arriving while the previous one is still being written is skipped."""
+        if self.tensorboard is not None and (self._export is None or self._export.done()):
+            self._export = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(self.tensorboard.update, snapshot)
+            )
+        if self.triggers is not None:
+            for fire in self.triggers.evaluate(snapshot, self.profiler.busy_pids()):
+                log.info("trigger %s fired for job %r pid %d: %s",
+                         fire.trigger, fire.job_name, fire.pid, fire.reason)  # fmt: skip
+                self.profiler.start_triggered(self._spec(fire))
+
+    def _spec(self, fire: Fire) -> CaptureSpec:
+        return CaptureSpec(
+            pid=fire.pid,
+            duration_seconds=self.settings.trigger_trace_seconds,
+            memory=fire.memory,
+            trigger=fire.trigger,
+            reason=fire.reason,
+        )
+
+    async def close(self) -> None:
+        await self.profiler.close()
+        if self._export is not None:
+            await asyncio.gather(self._export, return_exceptions=True)
+        if self.tensorboard is not None:
+            await asyncio.to_thread(self.tensorboard.close)

@@ -1,0 +1,138 @@
+"""Triggered captures: rules evaluated on every snapshot, rate-limited per job and rule.
+
+* ``step_time``: a new step took more than ``factor`` x the median of the job's recent steps
+  (after ``min_steps`` steps, so compilation at start-up does not count) -> trace.
+* ``memory``: a device's PJRT allocator holds more than ``ratio`` of its ``bytes_limit``
+  -> device memory profile. Devices without a limit (CPU) never fire.
+
+Each rule fires at most once per ``min_interval_seconds`` per job, and never while the job is
+already capturing. Steps are seen through the snapshot's recent-step window (the last 64 steps),
+so a slow step among more than 64 steps in one period can be missed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from xmon.model import Job, Snapshot
+from xmon.profiling_config import ProfilingConfig
+
+HISTORY = 256  # step durations the median is taken over
+
+
+@dataclass(frozen=True)
+class TriggerRules:
+    step_time_factor: float | None = 3.0  # None: rule off
+    min_steps: int = 20
+    memory_ratio: float | None = 0.95  # None: rule off
+    trace_seconds: float = 2.0
+    min_interval_seconds: float = 600.0
+
+    @classmethod
+    def from_config(cls, config: ProfilingConfig) -> TriggerRules:
+        return cls(
+            step_time_factor=config.trigger_step_time_factor or None,
+            min_steps=config.trigger_min_steps,
+            memory_ratio=config.trigger_memory_ratio or None,
+            trace_seconds=config.trigger_trace_seconds,
+            min_interval_seconds=config.trigger_min_interval_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A rule that fired for a job: what to capture and why."""
+
+    job_name: str
+    pid: int
+    trigger: str  # "step_time" | "memory"
+    reason: str
+
+    @property
+    def memory(self) -> bool:
+        return self.trigger == "memory"
+
+
+@dataclass
+class _History:
+    steps_total: int | None = None
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    last_fire: dict[str, float] = field(default_factory=dict)
+
+
+class TriggerEngine:
+    def __init__(self, rules: TriggerRules, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rules = rules
+        self._clock = clock
+        self._jobs: dict[int, _History] = {}
+        self.fired_total = 0
+
+    def evaluate(self, snapshot: Snapshot, busy: Collection[int] = ()) -> list[Fire]:
+        live = {job.pid for job in snapshot.jobs}
+        for pid in [p for p in self._jobs if p not in live]:
+            del self._jobs[pid]
+        fires = []
+        for job in snapshot.jobs:
+            history = self._jobs.setdefault(job.pid, _History())
+            for reason in (self._slow_step(job, history), self._memory(job)):
+                if reason is None:
+                    continue
+                trigger, text = reason
+                if job.pid in busy or not self._may_fire(history, trigger):
+                    continue
+                history.last_fire[trigger] = self._clock()
+                fires.append(Fire(job.job_name, job.pid, trigger, text))
+        self.fired_total += len(fires)
+        return fires
+
+    def _may_fire(self, history: _History, trigger: str) -> bool:
+        last = history.last_fire.get(trigger)
+        return last is None or self._clock() - last >= self.rules.min_interval_seconds
+
+    def _slow_step(self, job: Job, history: _History) -> tuple[str, str] | None:
+        """Check the steps that are new since the last snapshot, then add them to history."""
+        total, window = job.steps.steps_total, job.steps.window
+        if history.steps_total is None or total < history.steps_total:
+            history.steps_total = total
+            history.durations.extend(window)
+            return None
+        new = total - history.steps_total
+        history.steps_total = total
+        fresh = window[-new:] if 0 < new <= len(window) else (window if new > 0 else ())
+        worst: tuple[float, float] | None = None  # (ratio, seconds)
+        factor = self.rules.step_time_factor
+        for seconds in fresh:
+            if factor is not None and len(history.durations) >= self.rules.min_steps:
+                median = statistics.median(history.durations)
+                if median > 0 and seconds > factor * median:
+                    ratio = seconds / median
+                    if worst is None or ratio > worst[0]:
+                        worst = (ratio, seconds)
+            history.durations.append(seconds)
+        if worst is None:
+            return None
+        ratio, seconds = worst
+        median = seconds / ratio
+        return "step_time", (
+            f"step took {seconds:.3g} s, {ratio:.1f} x the median {median:.3g} s of recent steps "
+            f"(rule: > {factor:g} x)"
+        )
+
+    def _memory(self, job: Job) -> tuple[str, str] | None:
+        ratio = self.rules.memory_ratio
+        if ratio is None:
+            return None
+        for device in job.devices:
+            memory = device.memory
+            used, limit = memory.bytes_in_use, memory.bytes_limit
+            if used is None or not limit or used / limit < ratio:
+                continue
+            return "memory", (
+                f"device {device.info.id}: {used} of {limit} bytes in use "
+                f"({100 * used / limit:.1f} % >= {100 * ratio:g} %)"
+            )
+        return None
