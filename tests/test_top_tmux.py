@@ -1,0 +1,80 @@
+"""``xmon top`` for real: in tmux, against a real daemon and the demo JAX job on 4 CPU devices,
+reading the screen with ``tmux capture-pane``; then the daemon goes away and comes back."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from views_support import start_demo
+
+from procs import base_env, start_daemon, wait_for
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+]
+
+
+class Tmux:
+    """A private tmux server (its own socket), one session running one command."""
+
+    def __init__(self, socket_path: Path) -> None:
+        self.base = ["tmux", "-S", str(socket_path)]
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+        result = subprocess.run([*self.base, *args], capture_output=True, text=True,
+                                timeout=30, env=env)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def start(self, command: str, env: dict[str, str], width: int = 110, height: int = 32) -> None:
+        self.run("new-session", "-d", "-s", "top", "-x", str(width), "-y", str(height),
+                 command, env=env)  # fmt: skip
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "top")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "top", *keys)
+
+    def close(self) -> None:
+        subprocess.run([*self.base, "kill-server"], capture_output=True, timeout=30)
+
+
+def shows(tmux: Tmux, *patterns: str) -> str | None:
+    screen = tmux.screen()
+    return screen if all(re.search(p, screen) for p in patterns) else None
+
+
+def test_top_in_tmux_against_the_demo_job_and_a_daemon_that_restarts(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path / "daemon")
+    job = start_demo(tmp_path / "job", daemon.socket_path, devices=4)
+    tmux = Tmux(tmp_path / "tmux.sock")
+    top = [sys.executable, "-m", "xmon", "top", "--socket", str(daemon.socket_path)]
+    command = f"{shlex.join(top)}; echo xmon-top-exit=$?; sleep 600"
+    try:
+        tmux.start(command, dict(base_env(), TERM="xterm-256color"))
+        devices = [rf"cpu {i}\s+cpu\s+demo" for i in range(4)]
+        screen = wait_for(
+            lambda: shows(tmux, r"demo", r"1 job\b", r"4 devices", *devices), 120,
+            "xmon top to show the demo job and its 4 devices",
+        )  # fmt: skip
+        assert re.search(rf"\b{job.popen.pid}\s+demo\s+4\b", screen), screen
+        daemon.stop()
+        wait_for(lambda: shows(tmux, "daemon not reachable at"), 60, "the lost state")
+        daemon = start_daemon(tmp_path / "daemon")  # a new daemon on the same socket
+        wait_for(lambda: shows(tmux, "connected to", rf"\b{job.popen.pid}\s+demo\b"), 120,
+                 "top and the job's agent to reconnect")  # fmt: skip
+        tmux.keys("q")
+        final = wait_for(lambda: shows(tmux, r"xmon-top-exit=\d+"), 30, "xmon top to exit")
+        assert "xmon-top-exit=0" in final and "Traceback" not in final, final
+    finally:
+        tmux.close()
+        job.stop()
+        daemon.stop()
