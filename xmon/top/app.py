@@ -121,7 +121,7 @@ class XmonTop(App[None]):
     def on_mount(self) -> None:
         self.render_all()
         self._focus_view()
-        self.feed.start()
+        self.call_after_refresh(self.feed.start)  # the first frame before grpc's import
         self.set_interval(self.refresh_seconds, self._tick)
 
     def on_unmount(self) -> None:
