@@ -60,6 +60,7 @@ class DaemonClient:
     def __init__(self, socket_path: Path | None = None, connect_timeout: float = 2.0) -> None:
         self.socket_path = socket_path or paths.default_socket_path()
         self._timeout = connect_timeout
+        self._ready = False
         self._channel = grpc.insecure_channel(
             paths.grpc_target(self.socket_path),
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
@@ -83,10 +84,15 @@ class DaemonClient:
         )
 
     def wait_ready(self) -> None:
+        # Once per client: each ready-future leaves a connectivity-polling thread behind that
+        # complains ("Channel closed!") if the channel is closed while it still polls.
+        if self._ready:
+            return
         try:
             grpc.channel_ready_future(self._channel).result(timeout=self._timeout)
         except grpc.FutureTimeoutError:
             raise self._unavailable() from None
+        self._ready = True
 
     def get_snapshot(self) -> Snapshot:
         self.wait_ready()

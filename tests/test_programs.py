@@ -1,0 +1,178 @@
+"""The program catalogue: rows from snapshots, then `xmon programs` and `--hlo` against a real
+daemon and a real JAX job."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from profiling_procs import Job as RunningJob
+from profiling_procs import profiling_daemon, run_stepping_job, xmon_cli
+
+from xmon.catalogue import rows, select_jobs, sort_rows
+from xmon.cli.programs import render_table
+from xmon.model import (
+    DaemonStats,
+    DeviceInfo,
+    DeviceMemory,
+    Job,
+    JobDevice,
+    Program,
+    Snapshot,
+    Utilization,
+)
+from xmon.peaks import PeakTable
+
+from procs import Daemon, wait_for
+
+
+def job(name: str = "train", pid: int = 1, kind: str = "TPU v6 lite", **util: float) -> Job:
+    device = JobDevice(DeviceInfo(0, "tpu", kind), DeviceMemory())
+    programs = (
+        Program("aaaa1111", "jit_matmul", "jit(matmul)", flops=1e12, bytes_accessed=1e9,
+                argument_bytes=10, temp_bytes=5, compile_seconds=2.0),
+        Program("bbbb2222", "jit_add", "jit(add)", flops=1e6, bytes_accessed=3e6,
+                compile_seconds=0.1),
+        Program("cccc3333", "jit_custom", None, flops=None, bytes_accessed=None),
+    )  # fmt: skip
+    return Job(job_name=name, pid=pid, hostname="h", platform="tpu", jax_version="",
+               jaxlib_version="", devices=(device,), programs=programs,
+               utilization=Utilization(**util))  # fmt: skip
+
+
+def test_rows_place_each_program_on_the_roofline_of_its_device() -> None:
+    by_name = {r.name: r for r in rows([job()])}
+    peak = PeakTable().lookup("TPU v6 lite")
+    assert peak is not None and peak.memory_bytes_per_second
+    ridge = peak.flops_per_second / peak.memory_bytes_per_second  # about 560 FLOP/B
+    matmul, add, custom = by_name["jit_matmul"], by_name["jit_add"], by_name["jit_custom"]
+    assert matmul.ridge_point == pytest.approx(ridge)
+    assert (matmul.arithmetic_intensity, matmul.bound) == (1000.0, "compute")
+    assert add.arithmetic_intensity == pytest.approx(1 / 3) and add.bound == "memory"
+    assert (custom.arithmetic_intensity, custom.bound) == (None, None), "unknown is not zero"
+    assert matmul.executions is None and matmul.device_kind == "TPU v6 lite"
+
+
+def test_the_daemons_peaks_win_and_unknown_devices_have_no_ridge() -> None:
+    configured = job(kind="cpu", peak_flops_per_second=4e11, peak_bytes_per_second=2e11)
+    assert {r.ridge_point for r in rows([configured])} == {2.0}
+    assert {r.bound for r in rows([job(kind="cpu")])} == {None}
+
+
+def test_sorting_puts_unknown_last() -> None:
+    items = rows([job()])
+    assert [r.name for r in sort_rows(items, "flops")] == ["jit_matmul", "jit_add", "jit_custom"]
+    assert [r.name for r in sort_rows(items, "bytes")] == ["jit_matmul", "jit_add", "jit_custom"]
+    assert [r.name for r in sort_rows(items, "time")] == ["jit_matmul", "jit_add", "jit_custom"]
+    assert [r.name for r in sort_rows(items, "executions")][0] == "jit_matmul"
+
+
+def test_select_jobs_names_what_is_attached() -> None:
+    snapshot = Snapshot(1, 0.0, 0.0, "h", DaemonStats("0", 0.0), jobs=(job(), job("eval", 2)))
+    assert [j.pid for j in select_jobs(snapshot, "eval", None)] == [2]
+    assert len(select_jobs(snapshot, None, None)) == 2
+    with pytest.raises(LookupError, match=r"no job named 'x' .*attached: train \(pid 1\), eval"):
+        select_jobs(snapshot, "x", None)
+    with pytest.raises(LookupError, match="no pid 9 is attached"):
+        select_jobs(snapshot, None, 9)
+
+
+def test_table_has_a_row_per_program_and_dashes_for_unknown() -> None:
+    table = render_table(sort_rows(rows([job()], PeakTable()), "flops")).splitlines()
+    assert table[0].split() == ["JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES",
+                                "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE",
+                                "COMPILE", "EXEC"]  # fmt: skip
+    assert table[1].split()[:9] == ["train", "1", "aaaa1111", "jit_matmul", "1T", "954MiB", "1k",
+                                    "560", "compute"]  # fmt: skip
+    assert table[3].split()[3:6] == ["jit_custom", "-", "-"]
+
+
+# --- end to end ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, RunningJob]]:
+    work = tmp_path_factory.mktemp("programs")
+    daemon = profiling_daemon(work / "daemon")
+    running = None
+    try:
+        running = run_stepping_job(work / "job", daemon, "progjob")
+        yield daemon, running
+        running.stop()
+    finally:
+        if running is not None and running.proc.alive():
+            running.proc.stop()
+        daemon.stop()
+
+
+@pytest.mark.e2e
+def test_programs_json_has_the_jobs_cost_analysis(live) -> None:
+    daemon, running = live
+
+    def listing() -> list[dict] | None:
+        result = xmon_cli(daemon, "programs", "--job", "progjob", "--json", "--sort", "bytes")
+        assert result.returncode == 0, result.stderr
+        listed = json.loads(result.stdout)
+        return listed if any(p["name"] == "jit_train_step" for p in listed) else None
+
+    listed = wait_for(listing, 30, "the job's programs to be reported")
+    [program] = [p for p in listed if p["name"] == "jit_train_step"]
+    assert program["flops"] == running.flops and program["bytes_accessed"] == running.bytes_accessed
+    assert program["arithmetic_intensity"] == pytest.approx(running.flops / running.bytes_accessed)
+    assert program["ridge_point"] == pytest.approx(1e11 / 2e10)  # the test daemon's CPU peaks
+    assert program["bound"] in ("compute", "memory") and program["pid"] == running.pid
+    assert program["compile_seconds"] > 0 and program["argument_bytes"] == 2 * 128 * 128 * 4
+    assert [p["bytes_accessed"] or 0 for p in listed] == sorted(
+        (p["bytes_accessed"] or 0 for p in listed), reverse=True
+    )
+
+
+@pytest.mark.e2e
+def test_programs_table_and_hlo_by_fingerprint_prefix(live) -> None:
+    daemon, _ = live
+
+    def table() -> str | None:
+        done = xmon_cli(daemon, "programs", "--sort", "time")
+        assert done.returncode == 0 and done.stdout.startswith("JOB"), done.stderr
+        return done.stdout if " jit_train_step " in done.stdout else None
+
+    text = wait_for(table, 30, "the job's programs to be reported")
+    row = next(line for line in text.splitlines() if " jit_train_step " in line)
+    prefix = row.split()[2]  # the table shows 12 characters of the fingerprint
+    hlo = xmon_cli(daemon, "programs", "--hlo", prefix)
+    assert hlo.returncode == 0, hlo.stderr
+    assert hlo.stdout.startswith("HloModule jit_train_step")
+    assert "tanh" in hlo.stdout and "ENTRY" in hlo.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--hlo", "zzzz"), "xmon programs: no program with fingerprint 'zzzz' in job 'progjob'"),
+        (("--job", "nope"), "xmon programs: no job named 'nope' is attached to the daemon"),
+        (("--hlo", "1", "--job", "nope"), "xmon programs: no job named 'nope'; attached: progjob"),
+        (("--limit", "-1"), "xmon programs: --limit must be 0 (all) or more"),
+    ],
+)
+def test_programs_bad_requests(live, args, message) -> None:
+    daemon, _ = live
+    result = xmon_cli(daemon, "programs", *args)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_no_daemon_is_one_clear_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from procs import REPO, base_env
+
+    env = base_env(XMON_SOCKET=str(tmp_path / "absent.sock"))
+    for args in (["programs"], ["capture", "--duration", "1s"]):
+        done = subprocess.run([sys.executable, "-m", "xmon", *args], capture_output=True,
+                              text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "no xmon daemon is answering on" in done.stderr

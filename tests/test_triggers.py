@@ -1,0 +1,170 @@
+"""Triggered captures: the rules on synthetic snapshots, then a real job with an injected slow
+step next to a steady one, against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from profiling_procs import profiling_daemon, run_stepping_job
+
+from xmon.daemon.triggers import TriggerEngine, TriggerRules
+from xmon.model import (
+    DaemonStats,
+    DeviceInfo,
+    DeviceMemory,
+    Job,
+    JobDevice,
+    Snapshot,
+    StepStats,
+)
+from xmon.profiling_config import ProfilingConfig
+
+from procs import wait_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def job(steps: tuple[float, ...], total: int | None = None, pid: int = 7, **memory: int) -> Job:
+    device = JobDevice(DeviceInfo(0, "gpu", "H100"), DeviceMemory(**memory))
+    stats = StepStats(steps_total=len(steps) if total is None else total, window=steps[-64:])
+    return Job(job_name="j", pid=pid, hostname="h", platform="gpu", jax_version="",
+               jaxlib_version="", devices=(device,), steps=stats)  # fmt: skip
+
+
+def snap(*jobs: Job) -> Snapshot:
+    return Snapshot(seq=1, wall_time=0.0, monotonic=0.0, hostname="h",
+                    daemon=DaemonStats("0", 0.0), jobs=jobs)  # fmt: skip
+
+
+RULES = TriggerRules(step_time_factor=3.0, min_steps=10, memory_ratio=0.9, min_interval_seconds=60)
+
+
+def steady(n: int) -> tuple[float, ...]:
+    return tuple(0.1 + 0.001 * (i % 5) for i in range(n))
+
+
+def test_slow_step_fires_once_with_its_reason() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    history = steady(20)
+    assert engine.evaluate(snap(job(history))) == []  # first sight: history only
+    history += (0.11, 0.5)
+    [fire] = engine.evaluate(snap(job(history)))
+    assert (fire.trigger, fire.pid, fire.memory) == ("step_time", 7, False)
+    assert re.match(r"step took 0\.5 s, 4\.9 x the median 0\.102 s of recent steps "
+                    r"\(rule: > 3 x\)", fire.reason), fire.reason  # fmt: skip
+    history += (0.9,)
+    assert engine.evaluate(snap(job(history))) == [], "rate-limited"
+
+
+def test_steady_steps_and_start_up_do_not_fire() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    history = (5.0,)  # the first step compiles
+    engine.evaluate(snap(job(history)))
+    for _ in range(40):
+        history += (0.1,)
+        assert engine.evaluate(snap(job(history))) == []
+    early = TriggerEngine(RULES, Clock())
+    early.evaluate(snap(job(steady(3))))
+    assert early.evaluate(snap(job(steady(3) + (9.0,)))) == [], "fewer than min_steps seen"
+
+
+def test_rate_limit_expires_and_busy_jobs_are_skipped() -> None:
+    clock = Clock()
+    engine = TriggerEngine(RULES, clock)
+    history = steady(20)
+    engine.evaluate(snap(job(history)))
+    history += (1.0,)
+    assert engine.evaluate(snap(job(history)), busy={7}) == [], "already capturing"
+    history += (1.0,)
+    assert len(engine.evaluate(snap(job(history)))) == 1
+    clock.now += 61
+    history += (2.0,)
+    assert len(engine.evaluate(snap(job(history)))) == 1
+
+
+def test_many_steps_between_snapshots_are_all_checked() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    engine.evaluate(snap(job(steady(20))))
+    burst = steady(20) + (0.1,) * 10 + (0.8,) + (0.1,) * 10
+    [fire] = engine.evaluate(snap(job(burst)))
+    assert "0.8 s" in fire.reason
+
+
+def test_memory_rule_needs_a_limit() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    [fire] = engine.evaluate(snap(job((), bytes_in_use=95, bytes_limit=100)))
+    assert fire.memory and fire.reason == "device 0: 95 of 100 bytes in use (95.0 % >= 90 %)"
+    other = TriggerEngine(RULES, Clock())
+    assert other.evaluate(snap(job((), bytes_in_use=50, bytes_limit=100))) == []
+    assert other.evaluate(snap(job((), live_array_bytes=10**12))) == [], "CPU: no limit"
+
+
+def test_rules_from_config_and_switched_off() -> None:
+    rules = TriggerRules.from_config(
+        ProfilingConfig(trigger_step_time_factor=0, trigger_memory_ratio=0.5)
+    )
+    assert rules.step_time_factor is None and rules.memory_ratio == 0.5
+    engine = TriggerEngine(rules, Clock())
+    engine.evaluate(snap(job(steady(30))))
+    assert engine.evaluate(snap(job(steady(30) + (50.0,)))) == []
+
+
+def test_gone_jobs_are_forgotten() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    engine.evaluate(snap(job(steady(20))))
+    engine.evaluate(snap())
+    # the same pid again is a new job: its first snapshot seeds history, nothing fires
+    assert engine.evaluate(snap(job(steady(20) + (5.0,)))) == []
+
+
+def test_a_restarted_step_counter_reseeds() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    engine.evaluate(snap(job(steady(30))))
+    assert engine.evaluate(snap(replace(job(steady(5)), pid=7))) == []
+
+
+# --- end to end ---------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_injected_slow_step_triggers_a_trace_and_a_steady_job_does_not(tmp_path: Path) -> None:
+    daemon = profiling_daemon(
+        tmp_path / "daemon", triggers=True, trigger_step_time_factor=10.0, trigger_min_steps=15,
+        trigger_trace_seconds=0.5, trigger_memory_ratio=0,
+    )  # fmt: skip
+    jobs = []
+    try:
+        # Steps are mostly sleep, so a loaded machine does not make a steady step 10x slower.
+        steady_job = run_stepping_job(tmp_path / "steady", daemon, "steady", STEP_SLEEP="0.05")
+        jobs.append(steady_job)
+        slow_job = run_stepping_job(tmp_path / "slow", daemon, "slow", STEP_SLEEP="0.05",
+                                    SLOW_STEP_AT="60", SLOW_STEP_SECONDS="2.5")  # fmt: skip
+        jobs.append(slow_job)
+        tb = Path(daemon.extra_env["XMON_LOGDIR"])
+        notes = tb / f"slow-{slow_job.pid}" / "plugins" / "profile"
+        found = wait_for(lambda: list(notes.glob("*/xmon_capture.json")), 90, "a triggered trace")
+        note = json.loads(found[0].read_text())
+        assert (note["trigger"], note["kind"], note["pid"]) == ("step_time", "trace", slow_job.pid)
+        assert re.match(r"step took 2\.\d+ s, \d+\.\d x the median", note["reason"]), note
+        assert list(found[0].parent.glob("*.xplane.pb"))
+        metric = (f'xmon_job_captures_total{{job_name="slow",kind="trace",pid="{slow_job.pid}",'
+                  'trigger="step_time"} 1.0')  # fmt: skip
+        wait_for(lambda: metric in daemon.scrape(), 30, "the trigger's capture counter")
+        text = daemon.scrape()
+        assert 'job_name="steady",kind="trace"' not in text, "the steady job was never traced"
+        assert not (tb / f"steady-{steady_job.pid}" / "plugins").exists()
+        assert "trigger step_time fired for job 'slow'" in daemon.log()
+    finally:
+        for j in jobs:
+            assert "RESULT" in j.stop()
+        daemon.stop()
