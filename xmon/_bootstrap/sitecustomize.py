@@ -39,16 +39,16 @@ class _AttachAfterJaxImport(importlib.abc.MetaPathFinder):
 
 
 def _chain_next_sitecustomize() -> None:
+    """Run the sitecustomize this one shadows, if any, as Python would have."""
+    import importlib.machinery
+
     here = os.path.dirname(os.path.abspath(__file__))
-    del sys.modules["sitecustomize"]
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        import sitecustomize  # noqa: F401
-    except ImportError:
-        pass
-    finally:
-        sys.path[:] = saved
+    others = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
 
 
 if os.environ.get("XMON_AUTOATTACH") == "1":

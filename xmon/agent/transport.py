@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -103,14 +104,21 @@ class Transport:
             waited += step
         return self._queue.empty()
 
-    def stop(self, timeout: float = 1.0) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
         self._stop.set()
         self._wake_request_iterator()
         call = self._call
         if call is not None:
             call.cancel()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+        # gRPC serves a stream with helper threads of its own (request consumer, channel spin).
+        # One still running when the interpreter finalises is killed inside C++ code, which
+        # aborts the process ("FATAL: exception not rethrown"); let them finish first.
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and _is_grpc_helper(thread):
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- stream thread -----------------------------------------------------------------------
     def _run(self) -> None:
@@ -196,3 +204,8 @@ class Transport:
                 self.counters.add("reports_sent")
             if item.on_sent is not None:
                 item.on_sent()
+
+
+def _is_grpc_helper(thread: threading.Thread) -> bool:
+    target = getattr(thread, "_target", None)
+    return "_run_with_context" in getattr(target, "__qualname__", "")
