@@ -14,11 +14,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from procs import Daemon, base_env, wait_for
 from views_support import snapshot, start_demo
 
 from xmon.cli import monitor
 from xmon.cli.monitor import MonitorConfigError, PeriodGate, parse_duration, settings_from_args
+
+from procs import Daemon, base_env, start_daemon, wait_for
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parent.parent / "docs" / "monitor.schema.json").read_text()
@@ -191,9 +192,10 @@ def test_every_line_validates_and_lists_every_device_of_the_demo_job(
     assert all(d["memory"]["live_array_bytes"] > 0 for d in demo["devices"])
     assert demo["programs"]["count"] > 0 and demo["programs"]["items"]
     assert report["system"]["cpu_count"] >= 1
-    # --period 1 over a 0.5 s daemon: every second snapshot.
+    # --period 1 over a 0.5 s daemon: snapshots are skipped, never a report every 0.5 s
+    # (a loaded daemon may tick late, so the upper side is not pinned).
     periods = [r["period_seconds"] for r in seen[1:]]
-    assert periods and all(p == pytest.approx(1.0, abs=0.3) for p in periods), periods
+    assert periods and all(p >= 0.74 for p in periods), periods
 
 
 @pytest.mark.e2e
@@ -211,3 +213,18 @@ def test_once_with_filters_and_a_closed_pipe(daemon: Daemon) -> None:
     assert piped.returncode == 0, piped.stderr
     assert json.loads(piped.stdout)["seq"] >= 1
     assert piped.stderr == ""
+
+
+@pytest.mark.e2e
+def test_a_running_monitor_survives_a_daemon_restart(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path / "daemon")
+    stream = Lines("--socket", str(daemon.socket_path), "--groups", "system")
+    try:
+        old = stream.next()["daemon"]["started_at"]
+        daemon.stop()
+        daemon = start_daemon(tmp_path / "daemon")  # a new daemon on the same socket
+        wait_for(lambda: stream.next()["daemon"]["started_at"] != old, 60, "a new report", 0)
+    finally:
+        err = stream.stop()
+        daemon.stop()
+    assert "retrying every 1 s" in err and "daemon is back" in err and "Traceback" not in err

@@ -169,6 +169,7 @@ def snapshots(socket_path: Path | None, once: bool, err: TextIO) -> Iterator[Sna
 
     seen_any = lost = False
     while True:
+        reason = "the daemon closed the stream"
         with DaemonClient(socket_path) as client:
             try:
                 for snapshot in client.subscribe():
@@ -177,15 +178,13 @@ def snapshots(socket_path: Path | None, once: bool, err: TextIO) -> Iterator[Sna
                         lost = False
                     seen_any = True
                     yield snapshot
-                return  # the stream was cancelled: we are shutting down
             except DaemonUnavailable as exc:
                 if once or not seen_any:
                     raise
-                if not lost:
-                    print(
-                        f"{PROG}: {exc} Retrying every {RETRY_SECONDS:g} s.", file=err, flush=True
-                    )
-                lost = True
+                reason = str(exc)
+        if not lost:
+            print(f"{PROG}: {reason}; retrying every {RETRY_SECONDS:g} s", file=err, flush=True)
+        lost = True
         time.sleep(RETRY_SECONDS)
 
 

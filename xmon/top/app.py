@@ -46,6 +46,7 @@ class FeedMessage(Message):
 
 class XmonTop(App[None]):
     TITLE = "xmon top"
+    ENABLE_COMMAND_PALETTE = False  # every action has a key; see the help screen (?)
     CSS = """
     #title { height: 2; background: $boost; }
     #views { height: 1fr; }
