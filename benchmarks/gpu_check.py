@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine, table, today, write_section
-from procs import Daemon, Proc, base_env, spawn, start_daemon, wait_for
-
 from xmon.collectors import CollectContext
 from xmon.collectors.nvml import NvmlCollector
 from xmon.model import Device
+
+from common import machine, table, today, write_section
+from procs import Daemon, Proc, base_env, spawn, start_daemon, wait_for
 
 MIB = 2**20
 # (nvidia-smi --query-gpu field, how to read the same number from xmon's Device)

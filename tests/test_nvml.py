@@ -19,14 +19,12 @@ from typing import Any
 
 import pynvml
 import pytest
-from nvml_fake import MIB, FakeGpu, FakeNvml, h100
-from procs import Daemon, wait_for
 from prometheus_client.exposition import generate_latest
-from xmon.exporters.prometheus import SnapshotCollector
 
 from xmon.collectors import CollectContext, CollectorOutput, CollectorRunner, registered
 from xmon.collectors.nvml import NvmlCollector, load_pynvml
 from xmon.collectors.nvml_device import counter_rate, ratio, sum_known
+from xmon.exporters.prometheus import SnapshotCollector
 from xmon.model import (
     CollectorHealth,
     DaemonStats,
@@ -36,6 +34,9 @@ from xmon.model import (
     JobDevice,
     Snapshot,
 )
+
+from nvml_fake import MIB, FakeGpu, FakeNvml, h100
+from procs import Daemon, wait_for
 
 GIB = 2**30
 GOLDEN = Path(__file__).resolve().parent / "golden" / "nvml_metrics.txt"

@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import Daemon, base_env, spawn, start_daemon, wait_for
 
 from xmon.collectors import CollectContext
 from xmon.collectors.nvml import NvmlCollector, load_pynvml
 from xmon.model import Device
+
+from procs import Daemon, base_env, spawn, start_daemon, wait_for
 
 MIB = 2**20
 GIB = 2**30

@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from procs import Proc, base_env, spawn
-
 from xmon.model import (
     CompileEvent,
     CompileStats,
@@ -25,6 +23,8 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
+
+from procs import Proc, base_env, spawn
 
 GiB = 2**30
 
