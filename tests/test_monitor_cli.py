@@ -14,12 +14,12 @@ from typing import Any
 
 import jsonschema
 import pytest
-from views_support import snapshot, start_demo
 
 from xmon.cli import monitor
 from xmon.cli.monitor import MonitorConfigError, PeriodGate, parse_duration, settings_from_args
 
 from procs import Daemon, base_env, start_daemon, wait_for
+from views_support import snapshot, start_demo
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parent.parent / "docs" / "monitor.schema.json").read_text()

@@ -9,7 +9,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from views_support import job, snapshot, tpu_device
 
 from xmon.model import (
     AgentHealth,
@@ -17,10 +16,13 @@ from xmon.model import (
     CompileEvent,
     DeviceInfo,
     DeviceMemory,
+    DeviceProcess,
     JobDevice,
     StepStats,
 )
 from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches, rfc3339
+
+from views_support import job, snapshot, tpu_device
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "monitor.schema.json"
 
@@ -46,7 +48,10 @@ def valid(validator: jsonschema.Draft202012Validator, report: dict[str, Any]) ->
 def rich_snapshot(seq: int = 1, **job_kw: Any) -> Any:
     train = job("train", 1000, devices=4, **job_kw)
     cpu = dataclasses.replace(job("eval", 2000, devices=1, platform="cpu"), process=None)
-    devices = (tpu_device(0, (1000,)), tpu_device(1, (1000,), util=None))
+    gpu = dataclasses.replace(
+        tpu_device(0, (1000,)), processes=(DeviceProcess(1000, 2**30), DeviceProcess(7, None))
+    )
+    devices = (gpu, tpu_device(1, (1000,), util=None))
     collectors = (CollectorHealth("host", True, 0, 0.002),
                   CollectorHealth("libtpu", False, 2, None, "connection refused"))  # fmt: skip
     return dataclasses.replace(
@@ -72,6 +77,9 @@ def test_first_report_has_totals_no_deltas_and_validates(validator: Any) -> None
     hardware = report["hardware"]
     assert hardware["device_count"] == 2 and hardware["device_kinds"] == ["TPU v6 lite"]
     assert hardware["devices"][1]["counters"]["utilization_ratio"] is None
+    assert hardware["devices"][0]["processes"] == [
+        {"pid": 1000, "memory_used_bytes": 2**30}, {"pid": 7, "memory_used_bytes": None},
+    ]  # fmt: skip
 
 
 def test_deltas_are_per_period_against_the_previous_report(validator: Any) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 from textual.pilot import Pilot
-from views_support import job, snapshot, tpu_device
 
 from xmon.model import Snapshot
 from xmon.top.app import XmonTop
@@ -23,6 +22,8 @@ from xmon.top.help import CAPTURE_UNAVAILABLE, HelpScreen
 from xmon.top.memory import MemoryTree
 from xmon.top.panels import NO_DEVICES
 from xmon.top.tables import SortableTable
+
+from views_support import job, snapshot, tpu_device
 
 Events = queue.Queue[FeedEvent | None]
 

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from views_support import start_demo
 
 from procs import base_env, start_daemon, wait_for
+from views_support import start_demo
 
 pytestmark = [
     pytest.mark.e2e,

@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 
 import pytest
-from views_support import GiB, job, snapshot, tpu_device
 
 from xmon.cli import top as top_cli
 from xmon.model import DeviceMemory, HardwareCounters
@@ -14,6 +13,8 @@ from xmon.top import fmt
 from xmon.top.help import describe_capture
 from xmon.top.history import History
 from xmon.top.viewmodel import device_rows, job_memory_limit, sort_by
+
+from views_support import GiB, job, snapshot, tpu_device
 
 
 def test_job_devices_land_on_their_hardware_rows() -> None:

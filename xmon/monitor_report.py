@@ -167,6 +167,9 @@ def _hardware_device(device: Device) -> dict[str, Any]:
         "uuid": device.uuid,
         "pci_bus_id": device.pci_bus_id,
         "pids": list(device.pids),
+        "processes": [
+            {"pid": p.pid, "memory_used_bytes": p.memory_used_bytes} for p in device.processes
+        ],
         "counters": dataclasses.asdict(device.hardware),
     }
 
