@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import grpc
 from xmon import __version__
 from xmon.daemon.jobs import JobState
 from xmon.daemon.links import AgentLink
+from xmon.model import Snapshot, snapshot_to_dict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 if TYPE_CHECKING:
@@ -45,7 +47,8 @@ class Hub:
     period_seconds: float
     jobs: dict[int, JobState] = field(default_factory=dict)
     counters: IngestCounters = field(default_factory=IngestCounters)
-    latest: xmon_pb2.SnapshotMessage | None = None
+    snapshot: Snapshot | None = None
+    _message: xmon_pb2.SnapshotMessage | None = None  # snapshot's encoding, made on demand
     subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
     links: dict[int, AgentLink] = field(default_factory=dict)  # stream id -> command channel
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -53,12 +56,27 @@ class Hub:
     def next_id(self) -> int:
         return next(self._ids)
 
-    def publish(self, message: xmon_pb2.SnapshotMessage) -> None:
-        self.latest = message
+    def publish(self, snapshot: Snapshot) -> None:
+        """Hand a snapshot to the views. It is encoded only if a view wants it: an idle daemon
+        with no view attached does not pay for JSON every period."""
+        self.snapshot, self._message = snapshot, None
+        if not self.subscribers:
+            return
+        message = self.latest()
         for queue in self.subscribers:
             if queue.full():  # a slow view skips frames instead of growing memory
                 queue.get_nowait()
             queue.put_nowait(message)
+
+    def latest(self) -> xmon_pb2.SnapshotMessage | None:
+        if self._message is None and self.snapshot is not None:
+            self._message = encode_snapshot(self.snapshot)
+        return self._message
+
+
+def encode_snapshot(snapshot: Snapshot) -> xmon_pb2.SnapshotMessage:
+    payload = json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
+    return xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
 
 
 class IngestService(xmon_pb2_grpc.IngestServicer):
@@ -183,8 +201,9 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
         self, request: xmon_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[xmon_pb2.SnapshotMessage]:
         queue: asyncio.Queue[xmon_pb2.SnapshotMessage] = asyncio.Queue(SUBSCRIBER_BUFFER)
-        if self._hub.latest is not None:
-            queue.put_nowait(self._hub.latest)
+        latest = self._hub.latest()
+        if latest is not None:
+            queue.put_nowait(latest)
         self._hub.subscribers.add(queue)
         try:
             while True:
@@ -195,9 +214,10 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
     async def GetSnapshot(  # noqa: N802
         self, request: xmon_pb2.GetSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> xmon_pb2.SnapshotMessage:
-        if self._hub.latest is None:
+        latest = self._hub.latest()
+        if latest is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "daemon is starting: no snapshot yet")
-        return self._hub.latest
+        return latest
 
     async def Capture(  # noqa: N802
         self, request: xmon_pb2.CaptureRequest, context: grpc.aio.ServicerContext

@@ -137,10 +137,7 @@ class Daemon:
         snapshot = await self.build_snapshot()
         self.endpoint.update(snapshot)
         self.profiling.on_snapshot(snapshot)
-        payload = json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
-        self.hub.publish(
-            xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
-        )
+        self.hub.publish(snapshot)
         return snapshot
 
     async def build_snapshot(self) -> Snapshot:
