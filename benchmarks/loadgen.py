@@ -57,9 +57,6 @@ def report(seq: int, steps: int) -> xmon_pb2.AgentMessage:
             steps=xmon_pb2.StepCounters(
                 steps_total=steps, step_seconds_total=steps * 0.01, recent_step_seconds=[0.01] * 10
             ),
-            devices=[
-                xmon_pb2.DeviceInfo(id=d, platform="cpu", device_kind="cpu") for d in range(4)
-            ],
             platform="cpu",
         )
     )

@@ -8,7 +8,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ class Agent:
         self._seq = 0
         self._devices: list[Any] = []
         self._device_infos: list[xmon_pb2.DeviceInfo] = []
+        self._devices_announced = False  # the daemon on the current stream knows our devices
         self.overhead_seconds = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -100,14 +101,25 @@ class Agent:
             self._refresh_devices()
             if self.transport.connected:
                 message, fingerprints = self.build_report()
-                on_sent = lambda: self.compiles.mark_sent(fingerprints)  # noqa: E731
-                self.transport.offer(Outgoing(message, on_sent))
+                self.transport.offer(Outgoing(message, self._on_sent(message, fingerprints)))
             else:  # nobody to send to: count the report without paying to build it
                 self.transport.counters.add("reports_dropped")
             self.hlo.drain()  # render new programs' HLO text off the user's threads
         except Exception as exc:  # noqa: BLE001 - never let the agent thread die
             log.debug("xmon: report failed: %r", exc)
         self.overhead_seconds += time.perf_counter() - started
+
+    def _on_sent(
+        self, message: xmon_pb2.AgentMessage, fingerprints: list[str]
+    ) -> Callable[[], None]:
+        announces_devices = bool(message.report.devices)
+
+        def on_sent() -> None:
+            self.compiles.mark_sent(fingerprints)
+            if announces_devices:
+                self._devices_announced = True
+
+        return on_sent
 
     # -- building messages -------------------------------------------------------------------
     def _refresh_devices(self) -> None:
@@ -121,6 +133,7 @@ class Agent:
         import jaxlib
 
         self.compiles.resend_all()  # a (re)connected daemon may know nothing of us
+        self._devices_announced = bool(self._device_infos)
         hello = xmon_pb2.AgentHello(
             protocol_version=xmon_pb2.PROTOCOL_VERSION,
             job_name=self.job_name,
@@ -171,7 +184,7 @@ class Agent:
             programs=[_program_proto(p) for p in programs],
             steps=self._step_counters(),
             agent=self._agent_counters(),
-            devices=self._device_infos,
+            devices=[] if self._devices_announced else self._device_infos,
             platform=self._platform(),
         )
         return xmon_pb2.AgentMessage(report=report), [p.fingerprint for p in programs]

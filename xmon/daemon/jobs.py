@@ -70,6 +70,13 @@ class JobState:
     steps_changed_monotonic: float = 0.0
     platform: str = ""
 
+    def __post_init__(self) -> None:
+        # Agents announce their devices once per stream (in the hello, or in the first report
+        # after the job initialised its backend), not in every report.
+        for info in self.hello.devices:
+            self.devices[info.id] = device_info_from_proto(info)
+        self.platform = self.hello.platform
+
     @property
     def pid(self) -> int:
         return int(self.hello.pid)
