@@ -10,6 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from xmon.client import DaemonClient, RequestFailed
+
+from procs import Daemon, wait_for
 from profiling_procs import (
     Job,
     can_mount,
@@ -20,10 +24,6 @@ from profiling_procs import (
     tmpfs,
     xmon_cli,
 )
-
-from xmon.client import DaemonClient, RequestFailed
-
-from procs import Daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from profiling_procs import Job as RunningJob
-from profiling_procs import profiling_daemon, run_stepping_job, xmon_cli
 
 from xmon.catalogue import rows, select_jobs, sort_rows
 from xmon.cli.programs import render_table
@@ -26,6 +24,8 @@ from xmon.model import (
 from xmon.peaks import PeakTable
 
 from procs import Daemon, wait_for
+from profiling_procs import Job as RunningJob
+from profiling_procs import profiling_daemon, run_stepping_job, xmon_cli
 
 
 def job(name: str = "train", pid: int = 1, kind: str = "TPU v6 lite", **util: float) -> Job:

@@ -8,12 +8,12 @@ import signal
 from pathlib import Path
 
 import pytest
-from profiling_procs import profiling_daemon
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.client import DaemonClient
 
 from procs import start_job, wait_for
+from profiling_procs import profiling_daemon
 
 pytestmark = pytest.mark.e2e
 

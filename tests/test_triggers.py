@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from profiling_procs import profiling_daemon, run_stepping_job
 
 from xmon.daemon.triggers import TriggerEngine, TriggerRules
 from xmon.model import (
@@ -24,6 +23,7 @@ from xmon.model import (
 from xmon.profiling_config import ProfilingConfig
 
 from procs import wait_for
+from profiling_procs import profiling_daemon, run_stepping_job
 
 
 class Clock:
