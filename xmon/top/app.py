@@ -12,29 +12,19 @@ from pathlib import Path
 
 from textual import on
 from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent
 
 from xmon.model import Snapshot
-from xmon.top import panels
+from xmon.top import layout, panels
 from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
 from xmon.top.help import CAPTURE_UNAVAILABLE, CaptureUnavailable, HelpScreen, daemon_capture
 from xmon.top.history import History
+from xmon.top.layout import SORTED_TABLE, VIEWS
 from xmon.top.memory import MemoryTree, memory_summary
-from xmon.top.tables import (
-    SortableTable,
-    compile_items,
-    compiles_table,
-    jobs_table,
-    program_items,
-    programs_table,
-)
+from xmon.top.tables import SortableTable, compile_items, program_items
 from xmon.top.viewmodel import device_rows, jobs_in_scope
 
-VIEWS = ("overview", "memory", "programs", "compiles", "history")
-SORTED_TABLE = {"overview": "#jobs", "programs": "#programs-table", "compiles": "#compiles-table"}
 Capture = Callable[[int], str]
 
 
@@ -47,32 +37,8 @@ class FeedMessage(Message):
 class XmonTop(App[None]):
     TITLE = "xmon top"
     ENABLE_COMMAND_PALETTE = False  # every action has a key; see the help screen (?)
-    CSS = """
-    #title { height: 2; background: $boost; }
-    #views { height: 1fr; }
-    #tabs { height: 1; }
-    #devices { height: auto; max-height: 50%; }
-    #jobs-label, #programs-label, #compiles-label { height: 1; color: $text-muted; }
-    #jobs, #programs-table, #compiles-table { height: 1fr; }
-    #memory-summary, #compile-summary { height: auto; max-height: 40%; }
-    #memory-tree { height: 1fr; }
-    TabPane { padding: 0; }
-    """
-    BINDINGS = [
-        Binding("q", "quit", "quit"),
-        Binding("question_mark", "help", "help"),
-        Binding("v", "cycle_view(1)", "view"),
-        Binding("V", "cycle_view(-1)", "view", show=False),
-        *(Binding(k, f"show_view('{v}')", v, show=False) for k, v in zip("ompch", VIEWS)),  # noqa: B905
-        *(Binding(str(n), f"job_tab({n})", f"tab {n}", show=False) for n in range(1, 10)),
-        Binding("a", "step_tab(-1)", "prev tab", show=False),
-        Binding("d", "step_tab(1)", "next tab", show=False),
-        Binding("s", "sort", "sort"),
-        Binding("r", "reverse", "reverse", show=False),
-        Binding("z,space", "pause", "pause"),
-        Binding("t", "capture", "trace"),
-        Binding("x", "toggle_tree", "expand", show=False),
-    ]  # fmt: skip
+    CSS = layout.CSS
+    BINDINGS = layout.BINDINGS
 
     def __init__(
         self,
@@ -91,33 +57,12 @@ class XmonTop(App[None]):
         self.paused = False
         self.tab_pid: int | None = None  # None: the "all" tab
         self.history = History()
-        self.captures: list[int] = []  # pids a capture was requested for (shown in tests)
 
     def post_message_from_feed(self, event: FeedEvent) -> bool:
         return self.post_message(FeedMessage(event))
 
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
-        with TabbedContent(initial="overview", id="views"):
-            with TabPane("Overview", id="overview"):
-                yield Static(id="devices")
-                yield Static("Jobs", id="jobs-label")
-                yield jobs_table(id="jobs")
-            with TabPane("Memory", id="memory"):
-                yield Static(id="memory-summary")
-                yield MemoryTree(id="memory-tree")
-            with TabPane("Programs", id="programs"):
-                yield Static(id="programs-label")
-                yield programs_table(id="programs-table")
-            with TabPane("Compiles", id="compiles"):
-                yield Static(id="compile-summary")
-                yield Static(id="compiles-label")
-                yield compiles_table(id="compiles-table")
-            with TabPane("History", id="history"):
-                with VerticalScroll():
-                    yield Static(id="history-panel")
-        yield Static(id="tabs")
-        yield Footer()
+        yield from layout.compose()
 
     def on_mount(self) -> None:
         self.render_all()
@@ -303,7 +248,6 @@ class XmonTop(App[None]):
         if self.capture_call is None:
             self.notify(CAPTURE_UNAVAILABLE, severity="warning")
             return
-        self.captures.append(pid)
         self.notify(f"requesting a trace of pid {pid} …", timeout=2)
         self.run_worker(lambda: self._capture(pid), thread=True, exit_on_error=False)
 
