@@ -19,7 +19,7 @@ from prometheus_client.core import (
 )
 
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME, MetricSpec
-from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, Snapshot
+from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
 
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
@@ -119,6 +119,7 @@ def snapshot_families(
     b = self_families(snapshot.daemon.version, snapshot.schema_version, up=True)
     _daemon(b, snapshot)
     _host(b, snapshot)
+    _slice(b, snapshot.slice_info)
     job_names = {job.pid: job.job_name for job in snapshot.jobs}
     for device in snapshot.devices:
         _device(b, device, job_names)
@@ -153,6 +154,16 @@ def _host(b: FamilyBuilder, s: Snapshot) -> None:
     b.add("xmon_host_memory_used_bytes", (), h.memory_used_bytes)
     b.add("xmon_host_memory_available_bytes", (), h.memory_available_bytes)
     b.add("xmon_host_load1", (), h.load_average_1m)
+
+
+def _slice(b: FamilyBuilder, s: SliceInfo | None) -> None:
+    if s is None:
+        return
+    b.info(
+        "xmon_slice_info",
+        (s.slice, s.slice_index, s.worker, s.num_slices, s.num_workers, s.accelerator_type,
+         s.source),
+    )  # fmt: skip
 
 
 def _device(b: FamilyBuilder, d: Device, job_names: dict[int, str]) -> None:

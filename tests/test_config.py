@@ -189,7 +189,7 @@ BAD = [
      'config {path}: socket_path must be a non-empty string, got ""'),
     ("file-unknown-key", "perod_seconds = 1", {}, {},
      'config {path}: unknown key "perod_seconds"; valid keys: agent_timeout_seconds, '
-     "collectors, listen_host, listen_port, log_level, logdir, max_message_bytes, peaks, "
+     "collectors, host, listen_host, listen_port, log_level, logdir, max_message_bytes, peaks, "
      "period_seconds, profiling, program_series_limit, socket_path"),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},
      'config {path}: collectors.host must be true or false, got "yes"'),

@@ -44,6 +44,7 @@ from xmon.model import (
     JobDevice,
     ProcessSample,
     Program,
+    SliceInfo,
     Snapshot,
     StepStats,
     Utilization,
@@ -140,6 +141,7 @@ def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
         jobs=(train_job(), eval_job()) if jobs is None else jobs,
         collectors=(CollectorHealth("host", True, 0, 0.002),
                     CollectorHealth("libtpu", False, 0, None, present=False)),
+        slice_info=SliceInfo("train-v5e-16", 0, 1, 2, 4, "v5litepod-16", "env"),
         exporters=(ExporterHealth("tensorboard", False, 3, "OSError: disk full", "/tb"),),
     )  # fmt: skip
 

@@ -42,6 +42,8 @@ class DaemonConfig:
     collectors: dict[str, bool] = field(default_factory=dict)
     # device_kind -> {flops_per_second | memory_bytes_per_second | memory_bytes: value}
     peaks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # [host] table plus XMON_SLICE / XMON_WORKER: this host's slice identity (xmon.topology)
+    host: dict[str, Any] = field(default_factory=dict)
     program_series_limit: int = 50
     max_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
@@ -132,6 +134,40 @@ def _collectors(value: Any, from_text: bool) -> dict[str, bool]:
     return dict(value)
 
 
+HOST_TEXT_KEYS = ("slice", "accelerator_type")
+HOST_INT_KEYS = ("worker", "slice_index", "num_slices", "num_workers")
+
+
+def _host(value: Any, from_text: bool) -> dict[str, Any]:
+    """The [host] table: slice identity overrides and whether to read GCE metadata."""
+    if not isinstance(value, Mapping):
+        raise _Problem(f"must be a table, got {_show(value)}")
+    valid = ", ".join((*HOST_TEXT_KEYS, *HOST_INT_KEYS, "metadata"))
+    clean: dict[str, Any] = {}
+    for key, raw in value.items():
+        try:
+            if key in HOST_TEXT_KEYS:
+                clean[key] = _text(raw, from_text)
+            elif key in HOST_INT_KEYS:
+                clean[key] = _int_in(0, 2**31 - 1)(raw, from_text)
+            elif key == "metadata":
+                if raw != "auto" and not isinstance(raw, bool):
+                    raise _Problem(f'must be true, false or "auto", got {_show(raw)}')
+                clean[key] = raw
+            else:
+                raise _Problem(f"is unknown; valid keys: {valid}")
+        except _Problem as problem:
+            raise _Problem(str(problem), key) from None
+    return clean
+
+
+def _worker_text(value: Any, from_text: bool) -> int:
+    text = _text(value, from_text)
+    if not text.isdigit():
+        raise _Problem(f"must be a non-negative integer, got {_show(value)}")
+    return int(text)
+
+
 def _peaks(value: Any, from_text: bool) -> dict[str, dict[str, float]]:
     if not isinstance(value, Mapping):
         raise _Problem(f"must be a table of device kinds, got {_show(value)}")
@@ -179,6 +215,7 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "max_message_bytes": _int_in(1024, 2**31 - 1),  # gRPC sizes are int32
     "agent_timeout_seconds": _number_in(0.1, 86_400),
     "collectors": _collectors,
+    "host": _host,
     "peaks": _peaks,
     "profiling": _profiling,
 }
@@ -226,6 +263,8 @@ _OVERRIDES: tuple[tuple[str | None, str, str, str, Callable[[Any, bool], Any]], 
     ("period", "--period", "XMON_PERIOD", "period_seconds", _number_in(*PERIOD_RANGE)),
     ("log_level", "--log-level", "XMON_LOG_LEVEL", "log_level", _log_level),
     (None, "", "XMON_PEAKS", "peaks", _peaks_json),
+    (None, "", "XMON_SLICE", "host.slice", _text),
+    (None, "", "XMON_WORKER", "host.worker", _worker_text),
     (None, "", "XMON_PROFILING", "profiling", _profiling_json),
 )
 
@@ -251,6 +290,8 @@ def _override_layer(
             raise _error(flag if env is None else f"environment {var}", "", problem) from None
         if key == "listen":
             values["listen_host"], values["listen_port"] = clean
+        elif key.startswith("host."):
+            values.setdefault("host", {})[key.removeprefix("host.")] = clean
         else:
             values[key] = clean
     return values
@@ -321,6 +362,7 @@ def load_config(
     values = {**file_values, **env_values, **flag_values}
     low, high = file_values.get("peaks", {}), env_values.get("peaks", {})
     values["peaks"] = {kind: {**low.get(kind, {}), **high.get(kind, {})} for kind in low | high}
+    values["host"] = {**file_values.get("host", {}), **env_values.get("host", {})}
     try:  # per key: the environment wins over the file
         values["profiling"] = build_profiling(
             file_values.get("profiling", {}), env_values.get("profiling", {})

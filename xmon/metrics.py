@@ -246,6 +246,12 @@ _DEVICE_METRICS = (
 
 _HOST_METRICS = (
     _i("xmon_host_info", "This host (always 1).", ("hostname", "cpu_count"), "Snapshot.host"),
+    _i("xmon_slice_info", "This host's place in a multi-host TPU slice (always 1; absent when "
+       "unknown): slice name, slice_index within a multislice job, worker within the slice. "
+       "From the [host] config table, XMON_SLICE/XMON_WORKER, the TPU runtime's environment "
+       "or the TPU VM's metadata (see docs/deploy.md).",
+       ("slice", "slice_index", "worker", "num_slices", "num_workers", "accelerator_type",
+        "source"), "Snapshot.slice_info"),
     _g("xmon_host_cpu_utilization_ratio", "CPU use of the host, all cores together (psutil).",
        (), "ratio", "Snapshot.host.cpu_utilization_ratio"),
     _g("xmon_host_memory_total_bytes", "Host memory (psutil).",

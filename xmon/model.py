@@ -35,6 +35,25 @@ class HostSample:
 
 
 @dataclass(frozen=True)
+class SliceInfo:
+    """Where this host sits in a multi-host TPU slice (or any fleet grouping set in config).
+
+    Resolved once when the daemon starts (xmon.topology): the ``[host]`` table of the config
+    file and ``XMON_SLICE``/``XMON_WORKER`` win over the TPU runtime's environment
+    (``MEGASCALE_SLICE_ID``, ``TPU_WORKER_ID``, ...), which wins over the TPU VM's GCE
+    metadata (``tpu-env``). ``None`` fields are unknown here.
+    """
+
+    slice: str | None = None  # slice name: config, XMON_SLICE, or tpu-env NODE_ID (TPU name)
+    slice_index: int | None = None  # MEGASCALE_SLICE_ID: this slice within a multislice job
+    worker: int | None = None  # TPU_WORKER_ID / tpu-env WORKER_ID: host within the slice
+    num_slices: int | None = None  # MEGASCALE_NUM_SLICES
+    num_workers: int | None = None  # hosts in the slice (TPU_WORKER_HOSTNAMES entries)
+    accelerator_type: str | None = None  # TPU_ACCELERATOR_TYPE / tpu-env ACCELERATOR_TYPE
+    source: str = ""  # where the values came from, e.g. "config,env"
+
+
+@dataclass(frozen=True)
 class DeviceInfo:
     """Static facts about one PJRT device, as ``jax.Device`` reports them."""
 
@@ -332,6 +351,7 @@ class Snapshot:
     jobs: tuple[Job, ...] = ()
     collectors: tuple[CollectorHealth, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    slice_info: SliceInfo | None = None  # this host's place in a TPU slice, if known
     exporters: tuple[ExporterHealth, ...] = ()  # as of the previous tick
 
 

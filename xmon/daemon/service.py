@@ -23,9 +23,10 @@ from xmon.daemon.jobs import JobBuilder
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
-from xmon.model import DaemonStats, Snapshot, snapshot_to_dict
+from xmon.model import DaemonStats, SliceInfo, Snapshot, snapshot_to_dict
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.topology import resolve_slice_info
 
 log = logging.getLogger("xmon.daemon")
 
@@ -69,6 +70,7 @@ class Daemon:
         self._seq = 0
         self._stop: asyncio.Event | None = None
         self.metrics_port: int | None = None
+        self.slice_info: SliceInfo | None = None
 
     def request_stop(self) -> None:
         if self._stop is not None:
@@ -87,6 +89,10 @@ class Daemon:
                 "xmon daemon %s: agents on %s, metrics on http://%s:%d/metrics",
                 __version__, self.config.socket_path, self.config.listen_host, self.metrics_port,
             )  # fmt: skip
+            # once, off the loop: on a TPU VM this may ask the GCE metadata server (1 s timeout)
+            self.slice_info = await asyncio.to_thread(
+                resolve_slice_info, self.config.host, dict(os.environ)
+            )
             await self._tick_forever()
         finally:
             await self.profiling.close()  # also flushes the TensorBoard event files
@@ -176,6 +182,7 @@ class Daemon:
             devices=output.devices,
             jobs=jobs,
             collectors=health,
+            slice_info=self.slice_info,
             exporters=self.profiling.health(),
         )
 
