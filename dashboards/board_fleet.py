@@ -1,0 +1,111 @@
+"""Fleet overview: hosts and slices, accelerators, memory and utilisation heatmaps, jobs."""
+
+from __future__ import annotations
+
+from dashboards.grafana import Board, Panel, Row, Variable, q
+
+H = 'instance=~"$instance"'
+JOB_LINK = ("job_name", "Job view",
+            "/d/xmon-job/xmon-job?var-instance=${__data.fields.instance}"
+            "&var-job_name=${__data.fields.job_name}&${__url_time_range}")  # fmt: skip
+JOB = "{{instance}} {{job_name}} ({{pid}})"
+DEVICE = "{{instance}} dev {{device}}"
+
+
+def _stats() -> Row:
+    def stat(title: str, description: str, expr: str, unit: str = "none") -> Panel:
+        return Panel(title, description, (q(expr),), "stat", unit, width=4, height=4)
+
+    return Row("Fleet", (
+        stat("Hosts up", "xmon daemons that have taken their first snapshot.",
+             f"count(xmon_up{{{H}}} == 1)"),
+        stat("Accelerators", "TPU chips and GPUs found by hardware collectors.",
+             f"count(xmon_device_info{{{H}}})"),
+        stat("Jobs", "JAX processes with the xmon agent attached.",
+             f"count(xmon_job_info{{{H}}})"),
+        stat("Job devices", "PJRT devices the attached jobs use.",
+             f"count(xmon_job_device_info{{{H}}})"),
+        stat("Fleet MFU", "Achieved FLOP/s of all jobs over their devices' peak FLOP/s.",
+             f"sum(xmon_job_achieved_flops_per_second{{{H}}})"
+             f" / sum(xmon_job_peak_flops_per_second{{{H}}})", "percentunit"),
+        stat("Collectors down", "Collectors whose last run failed, fleet-wide.",
+             f"count(xmon_collector_up{{{H}}} == 0) or vector(0)"),
+    ))  # fmt: skip
+
+
+def _hosts() -> Row:
+    return Row("Hosts and slices", (
+        Panel("Hosts", "Each daemon's host, its TPU slice identity (xmon_slice_info) and "
+              "xmon version.",
+              (q(f"xmon_host_info{{{H}}}"), q(f"xmon_slice_info{{{H}}}"),
+               q(f"xmon_build_info{{{H}}}")), "table", width=24, height=7),
+        Panel("Hosts per slice", "Daemons reporting each slice name and accelerator type.",
+              (q(f"count by (slice, accelerator_type) (xmon_slice_info{{{H}}})"),),
+              "table", width=8),
+        Panel("Jobs per slice", "Attached jobs on the hosts of each slice.",
+              (q(f"count by (slice) (xmon_job_info{{{H}}}"
+                 f" * on(instance) group_left(slice) xmon_slice_info{{{H}}})"),),
+              "table", width=8),
+        Panel("Accelerators by slice and kind", "Chips per slice and device kind.",
+              (q(f"count by (slice, device_kind) (xmon_device_info{{{H}}}"
+                 f" * on(instance) group_left(slice) xmon_slice_info{{{H}}})"),),
+              "table", width=8),
+        Panel("Accelerators by host and kind", "Chips per host and device kind over time.",
+              (q(f"count by (instance, device_kind) (xmon_device_info{{{H}}})",
+                 "{{instance}} {{device_kind}}"),), width=24),
+    ))  # fmt: skip
+
+
+def _heatmaps() -> Row:
+    def heat(title: str, description: str, expr: str, legend: str, unit: str) -> Panel:
+        return Panel(title, description, (q(expr, legend),), "heatmap", unit, height=9)
+
+    return Row("Memory and utilisation", (
+        heat("Device memory used", "Device memory in use over capacity, per chip.",
+             f"xmon_device_memory_used_bytes{{{H}}} / xmon_device_memory_total_bytes{{{H}}}",
+             DEVICE, "percentunit"),
+        heat("Device busy", "TensorCore duty cycle (TPU) or kernel utilisation (GPU).",
+             f"xmon_device_duty_cycle_ratio{{{H}}} or xmon_device_utilization_ratio{{{H}}}",
+             DEVICE, "percentunit"),
+        heat("PJRT memory in use per job device", "Live bytes each job holds per device.",
+             f"xmon_job_device_memory_in_use_bytes{{{H}}}",
+             "{{instance}} {{job_name}} dev {{device}}", "bytes"),
+        heat("Job MFU", "Model FLOPs utilisation of each job.",
+             f"xmon_job_model_flops_utilization_ratio{{{H}}}", JOB, "percentunit"),
+        heat("Host CPU", "CPU use of each host, all cores together.",
+             f"xmon_host_cpu_utilization_ratio{{{H}}}", "{{instance}}", "percentunit"),
+        heat("Host memory used", "Host memory in use over capacity.",
+             f"xmon_host_memory_used_bytes{{{H}}} / xmon_host_memory_total_bytes{{{H}}}",
+             "{{instance}}", "percentunit"),
+    ))  # fmt: skip
+
+
+def _jobs() -> Row:
+    return Row("Jobs", (
+        Panel("Jobs", "Every attached job with its MFU, median step time and step rate; "
+              "job_name links to the job view.",
+              (q(f"xmon_job_info{{{H}}}"), q(f"xmon_job_model_flops_utilization_ratio{{{H}}}"),
+               q(f'xmon_job_step_duration_seconds{{{H}, quantile="0.5"}}'),
+               q(f"xmon_job_steps_per_second{{{H}}}"),
+               q(f"count by (instance, job_name, pid) (xmon_job_device_info{{{H}}})")),
+              "table", width=24, links=(JOB_LINK,)),
+        Panel("Steps per second", "Recent step rate of each job.",
+              (q(f"xmon_job_steps_per_second{{{H}}}", JOB),), width=8),
+        Panel("MFU", "Model FLOPs utilisation of each job.",
+              (q(f"xmon_job_model_flops_utilization_ratio{{{H}}}", JOB),),
+              unit="percentunit", width=8),
+        Panel("Compiles per minute", "XLA compiles of each job; steady training compiles "
+              "nothing.",
+              (q(f"60 * rate(xmon_job_compiles_total{{{H}}}[$__rate_interval])", JOB),),
+              width=8),
+    ))  # fmt: skip
+
+
+BOARD = Board(
+    uid="xmon-fleet",
+    title="xmon / Fleet",
+    description="All hosts running the xmon daemon: accelerators by host and slice, memory "
+    "and utilisation heatmaps, and the JAX jobs attached.",
+    variables=(Variable("instance", "Host", "label_values(xmon_up, instance)"),),
+    rows=(_stats(), _hosts(), _heatmaps(), _jobs()),
+)

@@ -1,0 +1,89 @@
+"""Alert rules: promtool check and unit tests, structure, and names from the metric table.
+
+Every rule's expression and signal parts also run against a real Prometheus in
+test_promql_e2e.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from dashboards.alerts import ALERTS, render_rules  # noqa: E402
+from dashboards.lint import check_expr  # noqa: E402
+
+RULES = REPO / "dashboards" / "alerts" / "xmon.rules.yml"
+RULE_TESTS = REPO / "dashboards" / "alerts" / "xmon.rules.test.yml"
+needs_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)"
+)
+
+
+def promtool(*args: str, cwd: Path = RULES.parent) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+@needs_promtool
+def test_promtool_check_rules() -> None:
+    result = promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass() -> None:
+    result = promtool("test", "rules", RULE_TESTS.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_unit_tests_fail_when_a_threshold_drifts(tmp_path: Path) -> None:
+    """The unit tests pin the thresholds: a looser rule file makes them fail."""
+    (tmp_path / "xmon.rules.yml").write_text(RULES.read_text().replace("> 0.95", "> 0.99"))
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    result = promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "XmonDeviceMemoryNearFull" in result.stdout + result.stderr
+
+
+def test_every_alert_is_unit_tested() -> None:
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    tested = {case["alertname"] for t in tests for case in t.get("alert_rule_test", [])}
+    firing = {
+        case["alertname"]
+        for t in tests
+        for case in t.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    assert tested == firing == {a.name for a in ALERTS}
+
+
+def test_rules_file_matches_the_definitions() -> None:
+    assert RULES.read_text() == render_rules(), "run: python -m dashboards.generate"
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    assert [r["alert"] for r in rules] == [a.name for a in ALERTS]
+    assert [r["expr"] for r in rules] == [a.expr for a in ALERTS]
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.name)
+def test_alert_is_well_formed(alert: object) -> None:
+    from dashboards.alerts import Alert
+
+    assert isinstance(alert, Alert)
+    assert re.fullmatch(r"Xmon[A-Z][A-Za-z]+", alert.name)
+    assert alert.severity in ("info", "warning", "critical")
+    assert re.fullmatch(r"\d+[smh]", alert.for_)
+    assert alert.parts and all(part in alert.expr for part in alert.parts), alert.parts
+    assert list(check_expr(alert.expr, set())) == []  # names from the table, no variables
+    assert alert.summary and alert.description
