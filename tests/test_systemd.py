@@ -1,0 +1,199 @@
+"""The systemd unit (systemd-analyze verify and security) and ``xmon install-service``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xmon import paths
+from xmon.cli.install_service import render_unit
+
+REPO = Path(__file__).resolve().parent.parent
+UNIT = REPO / "systemd" / "xmon.service"
+SYSUSERS = REPO / "systemd" / "xmon.sysusers"
+XMON = Path(sys.executable).parent / "xmon"  # the console script of this environment
+needs_analyze = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None,
+    reason="systemd-analyze missing (apt-get install -y systemd)",
+)
+
+
+def directives(text: str) -> list[tuple[str, str]]:
+    """(key, value) of every directive, in order (repeated keys such as DeviceAllow kept)."""
+    pairs = []
+    for line in text.splitlines():
+        if line and not line.startswith(("#", "[")) and "=" in line:
+            key, _, value = line.partition("=")
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def values(key: str) -> list[str]:
+    return [v for k, v in directives(UNIT.read_text()) if k == key]
+
+
+@pytest.fixture
+def unit(tmp_path: Path) -> Path:
+    """The unit as install-service writes it, running this environment's xmon."""
+    assert XMON.is_file(), "xmon console script missing: pip install -e ."
+    path = tmp_path / "xmon.service"
+    path.write_text(render_unit(UNIT.read_text(), XMON))
+    return path
+
+
+def analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+@needs_analyze
+def test_unit_verifies(unit: Path) -> None:
+    result = analyze("verify", str(unit))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+@needs_analyze
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("ProtectHome=yes", "ProtectHomee=yes", "Unknown key 'ProtectHomee'"),
+        ("ExecStart=", "ExecStart=/nonexistent", "is not executable"),
+    ],
+)
+def test_verify_catches_a_broken_unit(
+    tmp_path: Path, unit: Path, old: str, new: str, message: str
+) -> None:
+    """The checks above can fail: verify reports unknown keys (exit 0, on stderr, which
+    test_unit_verifies requires empty) and missing executables (exit 1)."""
+    broken = tmp_path / "broken" / "xmon.service"
+    broken.parent.mkdir()
+    broken.write_text(unit.read_text().replace(old, new, 1))
+    result = analyze("verify", str(broken))
+    assert message in result.stderr, result.stderr
+
+
+@needs_analyze
+def test_exposure_is_at_most_2(unit: Path) -> None:
+    result = analyze("--offline=true", "--threshold=20", "security", str(unit))
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.search(r"Overall exposure level for xmon\.service: (\d+\.\d)", result.stdout)
+    assert match and float(match.group(1)) <= 2.0, result.stdout
+
+
+def test_hardening_keeps_the_devices_reachable() -> None:
+    allowed = " ".join(values("DeviceAllow"))
+    for node in ("nvidia", "/dev/accel", "char-accel", "char-vfio", "/dev/vfio/vfio"):
+        assert node in allowed, node
+    keys = {k for k, _ in directives(UNIT.read_text())}
+    assert "PrivateDevices" not in keys and "MemoryDenyWriteExecute" not in keys
+    expected = {"ProtectSystem": "strict", "NoNewPrivileges": "yes", "Restart": "on-failure",
+                "RuntimeDirectory": "xmon", "StateDirectory": "xmon", "User": "xmon",
+                "DevicePolicy": "closed", "CapabilityBoundingSet": ""}  # fmt: skip
+    for key, value in expected.items():
+        assert values(key) == [value], key
+    assert values("ExecStart") == ["/usr/local/bin/xmon daemon"]
+
+
+def test_directories_match_the_daemon_defaults() -> None:
+    """systemd exports RuntimeDirectory/StateDirectory; the daemon's defaults follow them."""
+    env = {"RUNTIME_DIRECTORY": "/run/xmon", "STATE_DIRECTORY": "/var/lib/xmon"}
+    assert paths.default_socket_path(env) == paths.SYSTEM_SOCKET_PATH
+    assert paths.default_logdir(env) == paths.SYSTEM_LOGDIR
+    assert str(paths.DEFAULT_CONFIG_PATH) == "/etc/xmon/xmon.toml"  # ConfigurationDirectory
+
+
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="no systemd-sysusers")
+def test_sysusers_creates_the_xmon_user(tmp_path: Path) -> None:
+    result = subprocess.run(["systemd-sysusers", f"--root={tmp_path}", "--dry-run", str(SYSUSERS)],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Creating user 'xmon'" in result.stdout + result.stderr
+
+
+# --- xmon install-service --------------------------------------------------------------------
+
+
+def install(*args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "xmon", "install-service", *args], env=env,
+                          capture_output=True, text=True, timeout=60, user=user)  # fmt: skip
+
+
+def test_dry_run_lists_every_step_and_writes_nothing() -> None:
+    result = install("--dry-run", "--exec", str(XMON))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:6] == [
+        "would write /etc/systemd/system/xmon.service",
+        "would write /etc/sysusers.d/xmon.conf",
+        "would " + ("keep existing" if Path("/etc/xmon/xmon.toml").exists() else "write")
+        + " /etc/xmon/xmon.toml",
+        "would run systemd-sysusers /etc/sysusers.d/xmon.conf",
+        "would run systemctl daemon-reload",
+        "would run systemctl enable --now xmon.service",
+    ]  # fmt: skip
+    assert f"ExecStart={XMON} daemon" in lines
+
+
+@needs_analyze
+def test_root_stages_a_verifiable_unit_and_keeps_the_config(tmp_path: Path) -> None:
+    result = install("--root", str(tmp_path), "--exec", str(XMON))
+    assert result.returncode == 0, result.stderr
+    staged = tmp_path / "etc/systemd/system/xmon.service"
+    assert analyze("verify", str(staged)).returncode == 0
+    assert (tmp_path / "etc/sysusers.d/xmon.conf").read_text() == SYSUSERS.read_text()
+    config = tmp_path / "etc/xmon/xmon.toml"
+    assert config.read_text() == (REPO / "systemd" / "xmon.toml.example").read_text()
+    config.write_text("period_seconds = 5.0\n")  # an operator's edit survives a reinstall
+    again = install("--root", str(tmp_path), "--exec", str(XMON))
+    assert f"keep existing {config}" in again.stdout
+    assert config.read_text() == "period_seconds = 5.0\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--exec", "/nonexistent/xmon"), "/nonexistent/xmon is not an executable file"),
+        (("--exec", "relative/xmon"), "is not an executable file"),
+    ],
+)
+def test_bad_executable_is_one_line(args: tuple[str, ...], message: str) -> None:
+    result = install(*args)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+def test_an_xmon_under_home_is_refused(tmp_path: Path) -> None:
+    """ProtectHome=yes would hide it from the service: say so instead of failing at boot."""
+    from xmon.cli.install_service import InstallError, check_reachable
+
+    script = tmp_path / "xmon"
+    script.write_text("#!/home/user/venv/bin/python\n")
+    script.chmod(0o755)
+    with pytest.raises(InstallError, match="/home/user/venv/bin/python is under /home"):
+        check_reachable(script)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
+def test_not_root_is_a_clear_error() -> None:
+    try:
+        result = install("--exec", str(XMON), user=65534)
+    except PermissionError:
+        pytest.skip("this Python is not executable by an unprivileged user")
+    if "xmon install-service" not in result.stderr:
+        pytest.skip(f"xmon does not start as an unprivileged user: {result.stderr[-200:]}")
+    assert result.returncode == 1
+    assert "must run as root: sudo xmon install-service" in result.stderr, result.stderr
+
+
+def test_not_booted_with_systemd_is_a_clear_error() -> None:
+    if Path("/run/systemd/system").is_dir() or os.geteuid() != 0:
+        pytest.skip("only meaningful as root on a host without systemd as PID 1")
+    result = install("--exec", str(XMON))
+    assert result.returncode == 1 and "systemd is not running" in result.stderr
