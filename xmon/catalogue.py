@@ -71,7 +71,7 @@ def _row(job: Job, program: Program, ridge: float | None) -> ProgramRow:
 
 def rows(jobs: Sequence[Job], peaks: PeakTable | None = None) -> list[ProgramRow]:
     peaks = peaks or PeakTable()
-    out = []
+    out: list[ProgramRow] = []
     for job in jobs:
         ridge = job_ridge_point(job, peaks)
         out.extend(_row(job, program, ridge) for program in job.programs)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from xmon.agent.hlo_store import HloStore
 from xmon.proto import xmon_pb2
@@ -225,7 +226,7 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-def _quiet_profile_options() -> object | None:
+def _quiet_profile_options() -> Any:
     """Profile options without the Python tracer, whose overhead the job should not pay."""
     import jax.profiler
 
