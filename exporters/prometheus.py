@@ -95,6 +95,7 @@ class MetricsEndpoint:
         self.registry.register(self.collector)
         self._rendered = self._new_rendered(None)
         self._previous: Rendered | None = None
+        self._background: Rendered | None = None  # the render handed to the renderer
         self._rhythm = ScrapeRhythm()
         self._renderer = BackgroundRenderer()
         self._wants_gzip = False
@@ -121,6 +122,7 @@ class MetricsEndpoint:
             self._previous = self._rendered
         self._rendered = self._new_rendered(snapshot)
         if self._rhythm.due_within(now, horizon=1.5 * self._period):
+            self._background = self._rendered
             self._renderer.request(self._rendered, self._wants_gzip)
 
     def body(self, accept_gzip: bool = False) -> bytes:
@@ -132,7 +134,10 @@ class MetricsEndpoint:
         self._wants_gzip = accept_gzip
         rendered = self._rendered  # one read: text and gzip copy of the same snapshot
         previous = self._previous
-        if not rendered.ready and not rendered.failed and previous is not None:
+        # Only a render already under way is worth not waiting for; one nobody started is
+        # made by this scrape, else its snapshot would never be served.
+        in_flight = rendered is self._background and not rendered.ready and not rendered.failed
+        if in_flight and previous is not None:
             rendered = previous
         return rendered.gzipped() if accept_gzip else rendered.text()
 

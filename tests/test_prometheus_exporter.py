@@ -514,6 +514,19 @@ def test_render_time_for_about_2k_series(capsys: pytest.CaptureFixture[str]) -> 
     assert series > 1500
 
 
+def test_rare_scrapes_get_the_newest_snapshot() -> None:
+    """A snapshot published when no scrape is due is rendered by the next scrape, not skipped."""
+    now = [0.0]
+    endpoint = MetricsEndpoint(clock=lambda: now[0])
+    endpoint.body()  # two scrapes 100 s apart: the next one is not due soon
+    now[0] = 100.0
+    endpoint.body()
+    now[0] = 101.0
+    endpoint.update(snapshot())
+    now[0] = 102.0
+    assert b"xmon_up 1.0" in endpoint.body()
+
+
 def test_http_before_the_first_snapshot() -> None:
     endpoint = MetricsEndpoint()
     _, port = endpoint.start("127.0.0.1", 0)
