@@ -1,5 +1,6 @@
 """``xmon top`` for real: in tmux, against a real daemon and the demo JAX job on 4 CPU devices,
-reading the screen with ``tmux capture-pane``; then the daemon goes away and comes back."""
+reading the screen with ``tmux capture-pane``; a trace through the capture key; then the daemon
+goes away and comes back."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def test_top_in_tmux_against_the_demo_job_and_a_daemon_that_restarts(tmp_path: P
     daemon = start_daemon(tmp_path / "daemon")
     job = start_demo(tmp_path / "job", daemon.socket_path, devices=4)
     tmux = Tmux(tmp_path / "tmux.sock")
-    top = [sys.executable, "-m", "xmon", "top", "--socket", str(daemon.socket_path)]
+    top = [sys.executable, "-m", "xmon", "top", "--socket", str(daemon.socket_path),
+           "--trace-seconds", "1"]  # fmt: skip
     command = f"{shlex.join(top)}; echo xmon-top-exit=$?; sleep 600"
     try:
         tmux.start(command, dict(base_env(), TERM="xterm-256color"))
@@ -66,6 +68,8 @@ def test_top_in_tmux_against_the_demo_job_and_a_daemon_that_restarts(tmp_path: P
             "xmon top to show the demo job and its 4 devices",
         )  # fmt: skip
         assert re.search(rf"\b{job.popen.pid}\s+demo\s+4\b", screen), screen
+        tmux.keys("t")  # a real trace through the daemon's capture call
+        wait_for(lambda: shows(tmux, rf"trace of pid {job.popen.pid} captured"), 120, "a trace")
         daemon.stop()
         wait_for(lambda: shows(tmux, "daemon not reachable at"), 60, "the lost state")
         daemon = start_daemon(tmp_path / "daemon")  # a new daemon on the same socket

@@ -259,7 +259,7 @@ class XmonTop(App[None]):
             message, severity = str(exc), "warning"
         except Exception as exc:  # noqa: BLE001 - any failure is a message, never a traceback
             message, severity = str(exc) or type(exc).__name__, "error"
-        self.call_from_thread(self.notify, message, severity=severity)
+        self.call_from_thread(self.notify, message, severity=severity, timeout=15)
 
 
 def run_top(socket_path: Path | None, refresh_seconds: float, trace_seconds: float = 3.0) -> int:
