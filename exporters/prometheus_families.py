@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
     SummaryMetricFamily,
 )
+from prometheus_client.utils import floatToGoString
 
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME, MetricSpec
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
@@ -24,6 +26,7 @@ from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Sna
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import PROGRAM_VALUES, rank_programs
+from .prometheus_tpu import add_runtime_series, add_tpu_series
 
 Number = int | float
 DEFAULT_PROGRAM_LIMIT = 50
@@ -42,6 +45,8 @@ def new_family(spec: MetricSpec) -> Metric:
         return InfoMetricFamily(spec.name.removesuffix("_info"), spec.help, labels=labels)
     if spec.type == "summary":
         return SummaryMetricFamily(spec.name, spec.help, labels=labels)
+    if spec.type == "histogram":
+        return HistogramMetricFamily(spec.name, spec.help, labels=labels)
     return GaugeMetricFamily(spec.name, spec.help, labels=labels)
 
 
@@ -95,6 +100,23 @@ class FamilyBuilder:
                 family.add_sample(family.name, {**base, "quantile": quantile}, float(value))
         family.add_metric(values, count, float(total))  # type: ignore[attr-defined]
 
+    def histogram(
+        self,
+        name: str,
+        labels: Sequence[object],
+        buckets: Iterable[tuple[float, int]],
+        count: int,
+        total: float | None,
+    ) -> None:
+        """``buckets``: (finite upper bound, cumulative count); the +Inf bucket is ``count``."""
+        claimed = self._claim(name, labels)
+        if claimed is None:
+            return
+        family, values = claimed
+        pairs = [(floatToGoString(bound), n) for bound, n in buckets]
+        pairs.append(("+Inf", count))
+        family.add_metric(values, pairs, total)  # type: ignore[attr-defined]
+
     def families(self) -> list[Metric]:
         """In table order, so the exposition is stable from scrape to scrape."""
         return [self._families[s.name] for s in METRICS if s.name in self._families]
@@ -123,6 +145,7 @@ def snapshot_families(
     job_names = {job.pid: job.job_name for job in snapshot.jobs}
     for device in snapshot.devices:
         _device(b, device, job_names)
+    add_runtime_series(b, snapshot.runtime_services)
     for job in snapshot.jobs:
         _job(b, job, program_limit)
     add_profiling_series(b, snapshot)
@@ -177,6 +200,7 @@ def _device(b: FamilyBuilder, d: Device, job_names: dict[int, str]) -> None:
     b.add("xmon_device_power_watts", key, hw.power_watts)
     b.add("xmon_device_temperature_celsius", key, hw.temperature_celsius)
     add_gpu_series(b, d, key, job_names)
+    add_tpu_series(b, d, key)
 
 
 # --- jobs ------------------------------------------------------------------------------------

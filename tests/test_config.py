@@ -190,7 +190,8 @@ BAD = [
     ("file-unknown-key", "perod_seconds = 1", {}, {},
      'config {path}: unknown key "perod_seconds"; valid keys: agent_timeout_seconds, '
      "collectors, host, listen_host, listen_port, log_level, logdir, max_message_bytes, peaks, "
-     "period_seconds, profiling, program_series_limit, socket_path"),
+     "period_seconds, procfs_root, profiling, program_series_limit, socket_path, sysfs_root, "
+     "tpu_metrics_addresses"),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},
      'config {path}: collectors.host must be true or false, got "yes"'),
     ("file-collectors-not-table", "collectors = 1", {}, {},

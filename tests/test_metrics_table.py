@@ -25,7 +25,7 @@ def test_names_are_unique() -> None:
 def test_name_follows_conventions(spec: MetricSpec) -> None:
     assert spec.name.startswith("xmon_")
     assert SNAKE.match(spec.name), spec.name
-    assert spec.type in ("gauge", "counter", "summary", "info")
+    assert spec.type in ("gauge", "counter", "summary", "histogram", "info")
     assert spec.name.endswith("_total") == (spec.type == "counter")
     assert spec.name.endswith("_info") == (spec.type == "info")
     for suffix in ("_count", "_sum", "_bucket", "_created"):

@@ -50,6 +50,8 @@ from xmon.model import (
     Utilization,
 )
 
+from fakes.tpu_snapshot import RUNTIME_SERVICES, TPU_DEVICE
+
 GOLDEN = Path(__file__).resolve().parent / "golden" / "prometheus_metrics.txt"
 Key = tuple[str, frozenset[tuple[str, str]]]
 
@@ -137,10 +139,12 @@ def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
                    uuid="GPU-abc", pci_bus_id="0000:01:00.0",
                    processes=(DeviceProcess(1000, 9 * 2**30), DeviceProcess(3000))),
             Device(1, "gpu", "NVIDIA H100 80GB HBM3", "nvml", HardwareCounters()),
+            TPU_DEVICE,
         ),
         jobs=(train_job(), eval_job()) if jobs is None else jobs,
         collectors=(CollectorHealth("host", True, 0, 0.002),
                     CollectorHealth("libtpu", False, 0, None, present=False)),
+        runtime_services=RUNTIME_SERVICES,
         slice_info=SliceInfo("train-v5e-16", 0, 1, 2, 4, "v5litepod-16", "env"),
         exporters=(ExporterHealth("tensorboard", False, 3, "OSError: disk full", "/tb"),),
     )  # fmt: skip

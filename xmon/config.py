@@ -48,6 +48,10 @@ class DaemonConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
     agent_timeout_seconds: float = 10.0  # an agent silent this long is dropped
+    # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
+    tpu_metrics_addresses: tuple[str, ...] = ()
+    sysfs_root: Path = Path("/sys")  # like node_exporter's --path.sysfs (host /sys elsewhere)
+    procfs_root: Path = Path("/proc")
     # [profiling]: captures, triggered captures, TensorBoard export (xmon.profiling_config)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     config_path: Path | None = None
@@ -123,6 +127,33 @@ def _log_level(value: Any, from_text: bool) -> str:
     if not isinstance(value, str) or value.strip().lower() not in LOG_LEVELS:
         raise _Problem(f"must be one of {', '.join(LOG_LEVELS)}, got {_show(value)}")
     return value.strip().lower()
+
+
+def _address(text: str) -> str:
+    """A gRPC client target: HOST:PORT, [IPv6]:PORT, or unix:PATH / unix:///PATH."""
+    if text.startswith("unix:"):
+        if not text.removeprefix("unix:").strip("/"):
+            raise _Problem(f"unix address without a path: {_show(text)}")
+        return text
+    host, _, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if not host or (":" in host and not bracketed) or not port.isdigit():
+        raise _Problem(f"expected HOST:PORT or unix:PATH, got {_show(text)}")
+    if not 0 < int(port) <= 65535:
+        raise _Problem(f"port must be 1-65535, got {_show(text)}")
+    return text
+
+
+def _addresses(value: Any, from_text: bool) -> tuple[str, ...]:
+    """A list of addresses; flags repeat, the environment separates them with commas."""
+    if isinstance(value, str) and from_text:
+        value = value.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _Problem(f"must be a list of HOST:PORT or unix:PATH strings, got {_show(value)}")
+    items = [v.strip() for v in value if v.strip()]
+    if not items:
+        raise _Problem(f"must name at least one address, got {_show(value)}")
+    return tuple(dict.fromkeys(_address(v) for v in items))
 
 
 def _collectors(value: Any, from_text: bool) -> dict[str, bool]:
@@ -217,6 +248,9 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "collectors": _collectors,
     "host": _host,
     "peaks": _peaks,
+    "tpu_metrics_addresses": _addresses,
+    "sysfs_root": _path,
+    "procfs_root": _path,
     "profiling": _profiling,
 }
 
@@ -263,6 +297,15 @@ _OVERRIDES: tuple[tuple[str | None, str, str, str, Callable[[Any, bool], Any]], 
     ("period", "--period", "XMON_PERIOD", "period_seconds", _number_in(*PERIOD_RANGE)),
     ("log_level", "--log-level", "XMON_LOG_LEVEL", "log_level", _log_level),
     (None, "", "XMON_PEAKS", "peaks", _peaks_json),
+    (
+        "tpu_metrics_address",
+        "--tpu-metrics-address",
+        "XMON_TPU_METRICS_ADDRESSES",
+        "tpu_metrics_addresses",
+        _addresses,
+    ),
+    ("path_sysfs", "--path.sysfs", "XMON_PATH_SYSFS", "sysfs_root", _path),
+    ("path_procfs", "--path.procfs", "XMON_PATH_PROCFS", "procfs_root", _path),
     (None, "", "XMON_SLICE", "host.slice", _text),
     (None, "", "XMON_WORKER", "host.worker", _worker_text),
     (None, "", "XMON_PROFILING", "profiling", _profiling_json),
@@ -320,7 +363,7 @@ def _file_layer(path: Path, where: str) -> dict[str, Any]:
             values[key] = _FILE_KEYS[key](raw, False)
         except _Problem as problem:
             raise _error(f"config {path}", key, problem) from None
-    for key in ("socket_path", "logdir"):  # relative to the file, not to the daemon's cwd
+    for key in ("socket_path", "logdir", "sysfs_root", "procfs_root"):  # relative to the file
         if key in values:
             values[key] = path.parent / values[key]
     return values
@@ -390,3 +433,22 @@ def add_daemon_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, metavar, text in _FLAG_HELP:
         env_var = "XMON_" + flag[2:].replace("-", "_").upper()
         group.add_argument(flag, metavar=metavar, help=f"{text}; env {env_var}")
+    add_hardware_arguments(group)
+
+
+def add_hardware_arguments(parser: argparse.ArgumentParser | Any) -> None:
+    """Flags the hardware collectors read (shared by the daemon and `xmon ls`)."""
+    parser.add_argument(
+        "--tpu-metrics-address", dest="tpu_metrics_address", action="append", metavar="ADDR",
+        help="libtpu runtime metrics server (HOST:PORT or unix:PATH), repeatable; polled even "
+        "when no TPU is visible (default: the ports the chips' owners were started with, else "
+        "localhost:8431); env XMON_TPU_METRICS_ADDRESSES, comma-separated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--path.sysfs", dest="path_sysfs", metavar="DIR",
+        help="where sysfs is mounted (default /sys); env XMON_PATH_SYSFS",
+    )  # fmt: skip
+    parser.add_argument(
+        "--path.procfs", dest="path_procfs", metavar="DIR",
+        help="where procfs is mounted (default /proc); env XMON_PATH_PROCFS",
+    )  # fmt: skip

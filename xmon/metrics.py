@@ -12,13 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-MetricType = Literal["gauge", "counter", "summary", "info"]
+MetricType = Literal["gauge", "counter", "summary", "histogram", "info"]
 
 JOB = ("job_name", "pid")
 JOB_DEVICE = (*JOB, "device", "device_kind", "platform")
 PROGRAM = (*JOB, "program", "fingerprint")
 DEVICE = ("device", "device_kind", "platform")
 COLLECTOR = ("collector",)
+RUNTIME = ("source", "address")  # an accelerator runtime's metrics service (libtpu's)
+RUNTIME_POINT = (*RUNTIME, "metric", "device", "attributes")
 
 LABEL_VALUE_MAX = 128  # label values from clients (job names, program names) are cut to this
 OTHER_PROGRAM = "_other"  # program label of the series that folds programs past the limit
@@ -226,6 +228,42 @@ _GPU_METRICS = (  # the nvml collector's; see docs/gpu.md
        "xmon_job_device_memory_in_use_bytes.", (*DEVICE, "pid", "job_name"), "bytes",
        "Snapshot.devices[].processes[].memory_used_bytes"),
 )
+
+_TPU_METRICS = (  # the tpu collector's; see docs/tpu.md
+    _g("xmon_device_memory_bandwidth_utilization_ratio", "HBM bandwidth used over the runtime's "
+       "sample period, as a fraction of the peak (libtpu tpu.runtime.hbm.utilization.percent "
+       "/ 100).", DEVICE, "ratio", _HW + "memory_bandwidth_utilization_ratio"),
+    _g("xmon_device_idle_seconds", "Seconds the TensorCore has been idle, 0 while it runs "
+       "(libtpu tpu.runtime.tensorcore.idle_duration.seconds).",
+       DEVICE, "seconds", _HW + "idle_seconds"),
+    _i("xmon_device_location_info", "Where a device sits on this host (always 1): its chip, "
+       "/dev node and NUMA node (sysfs), and for TPUs the libtpu metrics service its numbers "
+       "come from.", (*DEVICE, "chip", "device_path", "numa_node", "runtime_address"),
+       "Snapshot.devices[].chip_index, device_path, numa_node, runtime_address"),
+)
+
+_RT = "Snapshot.runtime_services[]"
+_RUNTIME_METRICS = (
+    _g("xmon_runtime_service_up", "1 if the accelerator runtime's metrics service answered "
+       "this period (libtpu ListSupportedMetrics), 0 if not: no job runs, or it runs without "
+       "the metrics server.", RUNTIME, "", _RT + ".up"),
+    _g("xmon_runtime_service_metrics", "Metrics the service lists (libtpu "
+       "ListSupportedMetrics).", RUNTIME, "", f"len({_RT}.supported)"),
+    _g("xmon_runtime_value", "A gauge the runtime serves that has no series of its own here, "
+       "as served: the unit is the one its metric label names.",
+       RUNTIME_POINT, "", _RT + ".metrics[] (gauge)"),
+    _c("xmon_runtime_increments_total", "A counter the runtime serves, as served (cumulative "
+       "since the runtime started).", RUNTIME_POINT, "", _RT + ".metrics[] (counter)"),
+    MetricSpec("xmon_runtime_latency_seconds", "histogram", "A time distribution the runtime "
+               "serves (libtpu's microsecond distributions: transfer, collective and HLO "
+               "execution latencies), in seconds, cumulative since the runtime started.",
+               RUNTIME_POINT, "seconds", _RT + ".metrics[] (distribution, unit seconds)"),
+    MetricSpec("xmon_runtime_distribution", "histogram", "Any other distribution the runtime "
+               "serves (sizes, rates), as served: the unit is the one its metric label names.",
+               RUNTIME_POINT, "", _RT + ".metrics[] (distribution)"),
+    MetricSpec("xmon_runtime_quantiles", "summary", "A summary the runtime serves, as served.",
+               RUNTIME_POINT, "", _RT + ".metrics[] (summary)"),
+)
 _DEVICE_METRICS = (
     _i("xmon_device_info", "An accelerator found on this host by a hardware collector "
        "(always 1). device is the collector's local index.",
@@ -242,6 +280,7 @@ _DEVICE_METRICS = (
     _g("xmon_device_temperature_celsius", "Temperature (NVML).",
        DEVICE, "celsius", _HW + "temperature_celsius"),
     *_GPU_METRICS,
+    *_TPU_METRICS,
 )
 
 _HOST_METRICS = (
@@ -312,6 +351,7 @@ GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
     ("Daemon and collectors", _DAEMON_METRICS),
     ("Host", _HOST_METRICS),
     ("Accelerators (hardware collectors)", _DEVICE_METRICS),
+    ("Accelerator runtime services (libtpu metrics)", _RUNTIME_METRICS),
     ("Jobs: devices, compiles, programs", _JOB_METRICS),
     ("Jobs: steps and utilisation", _STEP_METRICS),
     ("Jobs: process and agent transport", _PROCESS_METRICS),

@@ -136,6 +136,9 @@ class HardwareCounters:
     ecc_uncorrected_errors_aggregate_total: int | None = None
     xid_errors_total: int | None = None  # XID events seen since the daemon started
     last_xid: int | None = None  # code of the latest of those events
+    # TPU (libtpu runtime metrics service, see xmon.collectors.tpu).
+    memory_bandwidth_utilization_ratio: float | None = None  # tpu.runtime.hbm.utilization.percent
+    idle_seconds: float | None = None  # tpu.runtime.tensorcore.idle_duration.seconds
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,10 @@ class Device:
     pci_bus_id: str | None = None
     pids: tuple[int, ...] = ()
     processes: tuple[DeviceProcess, ...] = ()  # per-process memory where the source has it
+    device_path: str | None = None  # the /dev node its owners hold: /dev/vfio/N, /dev/accelN
+    numa_node: int | None = None  # sysfs numa_node of the PCI function; None when -1 or unknown
+    chip_index: int | None = None  # TPU: chip it sits on (two devices per chip on v2, v3, 7x)
+    runtime_address: str | None = None  # TPU: the libtpu metrics service its counters came from
 
 
 @dataclass(frozen=True)
@@ -328,6 +335,50 @@ class CollectorHealth:
 
 
 @dataclass(frozen=True)
+class Distribution:
+    """A distribution an accelerator runtime keeps (cumulative since it started).
+
+    Values are in ``RuntimeMetric.unit`` (microsecond latencies arrive converted to seconds).
+    ``buckets`` are Prometheus-style (upper bound, cumulative count) for the finite bounds only;
+    the +Inf bucket is ``count``. ``quantiles`` (q, value) are interpolated from the buckets the
+    way tpu-info does, or served as-is for summaries.
+    """
+
+    count: int
+    sum: float | None = None  # Distribution.mean * count, or Summary.sample_sum
+    min: float | None = None
+    max: float | None = None
+    buckets: tuple[tuple[float, int], ...] = ()
+    quantiles: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class RuntimeMetric:
+    """One data point of a metric the accelerator runtime serves, named as the runtime names
+    it (libtpu ``ListSupportedMetrics``), for the metrics xmon has no dedicated field for."""
+
+    name: str  # e.g. "megascale.dcn_transfer_latencies.microsecond.cumulative.distribution"
+    kind: str  # "gauge" | "counter" | "distribution" | "summary"
+    unit: str = ""  # "seconds" after conversion, else "" (the unit is whatever the name says)
+    device: int | None = None  # xmon device index when the point names a device
+    attributes: tuple[tuple[str, str], ...] = ()  # the point's other attributes, as text
+    value: float | None = None  # gauge and counter
+    distribution: Distribution | None = None  # distribution and summary
+
+
+@dataclass(frozen=True)
+class RuntimeService:
+    """An accelerator runtime's metrics service as a hardware collector polled it this tick."""
+
+    source: str  # collector name, e.g. "tpu"
+    address: str  # e.g. "localhost:8431" or "unix:/run/tpu/metrics.sock"
+    up: bool  # it answered ListSupportedMetrics
+    error: str | None = None  # why not, e.g. "unavailable: connection refused"
+    supported: tuple[str, ...] = ()  # every metric name it lists
+    metrics: tuple[RuntimeMetric, ...] = ()
+
+
+@dataclass(frozen=True)
 class DaemonStats:
     version: str
     started_at: float
@@ -351,6 +402,7 @@ class Snapshot:
     jobs: tuple[Job, ...] = ()
     collectors: tuple[CollectorHealth, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    runtime_services: tuple[RuntimeService, ...] = ()  # e.g. each libtpu metrics server
     slice_info: SliceInfo | None = None  # this host's place in a TPU slice, if known
     exporters: tuple[ExporterHealth, ...] = ()  # as of the previous tick
 

@@ -70,6 +70,13 @@ def _install_service(parser: argparse.ArgumentParser) -> Handler:
     return install_service.main
 
 
+def _ls(parser: argparse.ArgumentParser) -> Handler:
+    from xmon.cli import ls
+
+    ls.add_arguments(parser)
+    return ls.main
+
+
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
     "daemon": ("run the per-host monitoring daemon", _daemon),
     "capture": ("record a trace or memory profile inside a running JAX job", _capture),
@@ -78,6 +85,7 @@ SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]]
     "demo": ("start a daemon and a small JAX training job on CPU to see xmon live", _demo),
     "monitor": ("print a JSON report per period, one a line (like neuron-monitor)", _monitor),
     "top": ("interactive full-screen view of devices, jobs, programs and compiles", _top),
+    "ls": ("list this host's TPUs and GPUs (like neuron-ls / tpu-info)", _ls),
     "install-service": ("install the daemon as a hardened systemd service", _install_service),
 }
 

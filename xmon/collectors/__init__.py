@@ -8,6 +8,7 @@ Importing this package registers every built-in collector; the daemon then build
 from xmon.collectors import (
     host,  # noqa: F401  (registers "host")
     nvml,  # noqa: F401  (registers "nvml")
+    tpu,  # noqa: F401  (registers "tpu")
 )
 from xmon.collectors.base import (
     REGISTRY,

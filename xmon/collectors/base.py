@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from xmon.config import ConfigError
-from xmon.model import Device, HostSample, ProcessSample
+from xmon.model import Device, HostSample, ProcessSample, RuntimeService
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")  # usable in a flag and as a Prometheus label value
 
@@ -35,6 +35,7 @@ class CollectorOutput:
     devices: tuple[Device, ...] = ()
     processes: dict[int, ProcessSample] = field(default_factory=dict)  # keyed by pid
     present: bool = True  # False: this hardware is not on this host (not an error)
+    runtime_services: tuple[RuntimeService, ...] = ()  # accelerator runtimes' metrics services
 
 
 class Collector(Protocol):
@@ -51,9 +52,10 @@ class Collector(Protocol):
 @dataclass(frozen=True)
 class CollectorRegistration:
     name: str
-    factory: Callable[[], Collector]
+    factory: Callable[..., Collector]
     default_enabled: bool = True
     help: str = ""
+    takes_config: bool = False  # factory(config: DaemonConfig) instead of factory()
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,19 +72,28 @@ class CollectorRegistry:
         self._entries: dict[str, CollectorRegistration] = {}
 
     def register(
-        self, name: str, factory: F | None = None, default_enabled: bool = True, help: str = ""
+        self,
+        name: str,
+        factory: F | None = None,
+        default_enabled: bool = True,
+        help: str = "",
+        takes_config: bool = False,
     ) -> Any:
         """Register ``factory`` (a no-argument callable, usually the collector class).
 
-        Without ``factory`` it returns a decorator: ``@register("host", help="...")``.
+        With ``takes_config`` the factory is called with the daemon's ``DaemonConfig`` (for
+        addresses and paths it needs). Without ``factory`` it returns a decorator:
+        ``@register("host", help="...")``.
         """
         if factory is None:
-            return lambda f: self.register(name, f, default_enabled, help)
+            return lambda f: self.register(name, f, default_enabled, help, takes_config)
         if not _NAME.match(name):
             raise ValueError(f"collector name must match {_NAME.pattern}, got {name!r}")
         if name in self._entries:
             raise ValueError(f"collector {name!r} is already registered")
-        self._entries[name] = CollectorRegistration(name, factory, default_enabled, help)
+        self._entries[name] = CollectorRegistration(
+            name, factory, default_enabled, help, takes_config
+        )
         return factory
 
     def registered(self) -> list[CollectorRegistration]:

@@ -21,6 +21,7 @@ from xmon.collectors.base import (
     CollectorOutput,
     CollectorRegistry,
 )
+from xmon.config import DaemonConfig
 from xmon.model import CollectorHealth, ProcessSample
 
 log = logging.getLogger("xmon.collectors")
@@ -142,6 +143,7 @@ def merge_outputs(outputs: Iterable[CollectorOutput]) -> CollectorOutput:
         host=next((o.host for o in outputs if o.host is not None), None),
         devices=tuple(device for o in outputs for device in o.devices),
         processes=processes,
+        runtime_services=tuple(service for o in outputs for service in o.runtime_services),
     )
 
 
@@ -150,7 +152,8 @@ class CollectorRunner:
 
     ``collectors`` are registered names or ready instances. A collector that does not answer
     within ``timeout`` seconds of the tick's start is marked down and is not called again until
-    that call returns. Every tick that yields no fresh output counts one error.
+    that call returns. Every tick that yields no fresh output counts one error. ``config`` goes
+    to the collectors registered with ``takes_config`` (the defaults when it is None).
     """
 
     def __init__(
@@ -160,6 +163,7 @@ class CollectorRunner:
         timeout: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         registry: CollectorRegistry = REGISTRY,
+        config: DaemonConfig | None = None,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
@@ -168,7 +172,7 @@ class CollectorRunner:
         self._closed = False
         self._slots: list[_Slot] = []
         for item in collectors:
-            name, factory = _resolve(item, registry)
+            name, factory = _resolve(item, registry, config)
             if name in self.names:
                 raise ValueError(f"collector {name!r} given twice")
             self._slots.append(_Slot(name, factory, clock))
@@ -225,9 +229,12 @@ class CollectorRunner:
 
 
 def _resolve(
-    item: str | Collector, registry: CollectorRegistry
+    item: str | Collector, registry: CollectorRegistry, config: DaemonConfig | None
 ) -> tuple[str, Callable[[], Collector]]:
     if isinstance(item, str):
         entry = registry.get(item)
+        if entry.takes_config:
+            settings = config if config is not None else DaemonConfig()
+            return entry.name, lambda: entry.factory(settings)
         return entry.name, entry.factory
     return item.name, lambda: item

@@ -61,7 +61,9 @@ class Daemon:
     def __init__(self, config: DaemonConfig, collectors: list[str]) -> None:
         self.config = config
         self.hub = Hub(period_seconds=config.period_seconds)
-        self.runner = CollectorRunner(collectors, timeout=max(0.5, config.period_seconds))
+        self.runner = CollectorRunner(
+            collectors, timeout=max(0.5, config.period_seconds), config=config
+        )
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint = MetricsEndpoint(program_limit=config.program_series_limit)
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
@@ -184,6 +186,7 @@ class Daemon:
             collectors=health,
             slice_info=self.slice_info,
             exporters=self.profiling.health(),
+            runtime_services=output.runtime_services,
         )
 
 

@@ -1,0 +1,1 @@
+"""Fakes built from the real protocols, for hardware this machine lacks."""

@@ -1,0 +1,106 @@
+"""Client of libtpu's runtime metrics service (``tpu.monitoring.runtime.RuntimeMetricService``).
+
+The same service and proto tpu-info reads; the stubs are tpu-info's own (``tpu_info.proto``,
+generated from libtpu's .proto files), so there is one definition of the wire format. libtpu
+serves it with gRPC *local* credentials, so the channel uses them too (TCP on loopback, or a
+unix socket). One channel per address lives as long as the collector; every metric the
+service lists is fetched concurrently each poll, all under one deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from tpu_info.proto import tpu_metric_service_pb2 as pb
+from tpu_info.proto import tpu_metric_service_pb2_grpc as pb_grpc
+
+# Reconnect quickly once a job starts serving (gRPC's default backoff grows to two minutes).
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+)
+
+
+class ServiceUnavailable(Exception):
+    """The service did not list its metrics; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One poll of one service: what it lists and what it answered."""
+
+    supported: tuple[str, ...]
+    metrics: dict[str, Any] = field(default_factory=dict)  # name -> pb.TPUMetric
+    errors: dict[str, str] = field(default_factory=dict)  # name -> "NOT_FOUND: ..."
+
+
+def credentials_for(address: str) -> grpc.ChannelCredentials:
+    """Local credentials, as libtpu's server requires: UDS for unix: targets, else TCP."""
+    local = grpc.LocalConnectionType
+    kind = local.UDS if address.startswith("unix:") else local.LOCAL_TCP
+    return grpc.local_channel_credentials(kind)
+
+
+def describe(error: grpc.RpcError) -> str:
+    """One line: the status code and the first line of the details."""
+    code = error.code() if isinstance(error, grpc.Call) else None
+    details = (error.details() or "").splitlines() if isinstance(error, grpc.Call) else []
+    name = code.name.lower() if code is not None else "error"
+    return f"{name}: {details[0]}" if details else name
+
+
+class RuntimeMetricsClient:
+    """Polls one address. Not thread-safe; the collector calls it from one thread."""
+
+    def __init__(self, address: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.address = address
+        self._clock = clock
+        self._channel = grpc.secure_channel(
+            address, credentials_for(address), options=_CHANNEL_OPTIONS
+        )
+        self._stub = pb_grpc.RuntimeMetricServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _left(self, deadline: float) -> float:
+        return max(0.01, deadline - self._clock())
+
+    def list_supported(self, deadline: float) -> tuple[str, ...]:
+        try:
+            answer = self._stub.ListSupportedMetrics(
+                pb.ListSupportedMetricsRequest(), timeout=self._left(deadline)
+            )
+        except grpc.RpcError as exc:
+            raise ServiceUnavailable(describe(exc)) from None
+        names = (m.metric_name for m in answer.supported_metric if m.metric_name)
+        return tuple(dict.fromkeys(names))
+
+    def poll(self, deadline: float, only: frozenset[str] | None = None) -> Poll:
+        """List the metrics, then fetch each (or those in ``only``) concurrently.
+
+        Raises :class:`ServiceUnavailable` when the listing fails; a metric that fails on its
+        own (NOT_FOUND for megascale metrics of a single-slice job) lands in ``errors``.
+        """
+        supported = self.list_supported(deadline)
+        wanted = [n for n in supported if only is None or n in only]
+        timeout = self._left(deadline)
+        futures = {
+            name: self._stub.GetRuntimeMetric.future(
+                pb.MetricRequest(metric_name=name), timeout=timeout
+            )
+            for name in wanted
+        }
+        result = Poll(supported)
+        for name, future in futures.items():
+            try:
+                result.metrics[name] = future.result().metric
+            except grpc.RpcError as exc:
+                result.errors[name] = describe(exc)
+        return result
