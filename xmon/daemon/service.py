@@ -6,7 +6,6 @@ Never imports jax: it starts in well under a second and holds no accelerator.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -23,9 +22,9 @@ from xmon.daemon.jobs import JobBuilder
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
-from xmon.model import DaemonStats, SliceInfo, Snapshot, snapshot_to_dict
+from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.peaks import PeakTable
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.proto import xmon_pb2_grpc
 from xmon.topology import resolve_slice_info
 
 log = logging.getLogger("xmon.daemon")
@@ -184,8 +183,8 @@ class Daemon:
             devices=output.devices,
             jobs=jobs,
             collectors=health,
-            slice_info=self.slice_info,
             exporters=self.profiling.health(),
+            slice_info=self.slice_info,
             runtime_services=output.runtime_services,
         )
 
