@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from xmon.exporters.prometheus import (
     CONTENT_TYPE,
     MetricsEndpoint,
@@ -25,7 +26,6 @@ from xmon.exporters.prometheus import (
     SnapshotCollector,
     snapshot_families,
 )
-
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME
 from xmon.model import (
     AgentHealth,
