@@ -31,7 +31,9 @@ def _hello(pid: int = 4242, job_name: str = "fault", version: int = 1) -> xmon_p
 
 
 def _healthy(daemon: Daemon) -> bool:
-    return daemon.alive() and "xmon_up 1.0" in daemon.scrape()
+    """Alive and serving snapshots (the first one may still be on its way after start)."""
+    wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 10, "the daemon to serve a snapshot")
+    return daemon.alive()
 
 
 def _agent(daemon: Daemon, job_name: str, pid: int) -> Transport:
