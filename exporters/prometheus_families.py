@@ -160,6 +160,9 @@ def _daemon(b: FamilyBuilder, s: Snapshot) -> None:
     b.add("xmon_daemon_reports_received_total", (), d.reports_received_total)
     b.add("xmon_daemon_reports_rejected_total", (), d.reports_rejected_total)
     b.add("xmon_daemon_agent_disconnects_total", (), d.agents_disconnected_total)
+    b.add("xmon_daemon_config_reloads_total", (), d.config_reloads_total)
+    b.add("xmon_daemon_config_reload_failures_total", (), d.config_reload_failures_total)
+    b.add("xmon_daemon_config_last_reload_successful", (), d.config_last_reload_successful)
     for c in s.collectors:
         b.add("xmon_collector_up", (c.name,), c.up)
         b.add("xmon_collector_errors_total", (c.name,), c.errors_total)

@@ -386,6 +386,9 @@ class DaemonStats:
     reports_received_total: int = 0
     reports_rejected_total: int = 0
     agents_disconnected_total: int = 0
+    config_reloads_total: int = 0  # SIGHUP reloads that took effect
+    config_reload_failures_total: int = 0  # reloads refused (the running config was kept)
+    config_last_reload_successful: bool = True
 
 
 @dataclass(frozen=True)

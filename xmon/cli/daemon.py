@@ -9,7 +9,7 @@ import os
 import sys
 
 from xmon.collectors.base import add_collector_flags, enabled_collectors
-from xmon.config import ConfigError, add_daemon_arguments, load_config
+from xmon.config import ConfigError, DaemonConfig, add_daemon_arguments, load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,10 +17,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_collector_flags(parser)
 
 
+def _load(args: argparse.Namespace) -> tuple[DaemonConfig, list[str]]:
+    """The configuration from flags, environment and file (at start and on SIGHUP)."""
+    config = load_config(args, os.environ)
+    return config, enabled_collectors(args, config.collectors)
+
+
 def main(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args, os.environ)
-        collectors = enabled_collectors(args, config.collectors)
+        config, collectors = _load(args)
     except ConfigError as exc:
         print(f"xmon daemon: {exc}", file=sys.stderr)
         return 2
@@ -33,7 +38,7 @@ def main(args: argparse.Namespace) -> int:
     from xmon.exporters.prometheus import MetricsServerError
 
     try:
-        asyncio.run(Daemon(config, collectors).run())
+        asyncio.run(Daemon(config, collectors, reload_config=lambda: _load(args)).run())
     except (DaemonError, MetricsServerError) as exc:
         print(f"xmon daemon: {exc}", file=sys.stderr)
         return 1

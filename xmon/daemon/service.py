@@ -11,15 +11,17 @@ import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from xmon import __version__
 from xmon.collectors.base import CollectContext, CollectorRunner
-from xmon.config import DaemonConfig
+from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon.jobs import JobBuilder
 from xmon.daemon.profiling import Profiling
+from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.model import DaemonStats, SliceInfo, Snapshot
@@ -30,6 +32,21 @@ from xmon.topology import resolve_slice_info
 log = logging.getLogger("xmon.daemon")
 
 SOCKET_MODE = 0o660
+
+
+@dataclass
+class ReloadCounters:
+    total: int = 0
+    failures: int = 0
+    last_ok: bool = True
+
+    def succeeded(self) -> None:
+        self.total += 1
+        self.last_ok = True
+
+    def failed(self) -> None:
+        self.failures += 1
+        self.last_ok = False
 
 
 class DaemonError(RuntimeError):
@@ -57,8 +74,14 @@ def prepare_socket(path: Path) -> None:
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, collectors: list[str]) -> None:
+    def __init__(
+        self, config: DaemonConfig, collectors: list[str], reload_config: Loader | None = None
+    ) -> None:
         self.config = config
+        self.collectors = collectors
+        self._reload_config = reload_config  # re-reads file, env and flags (SIGHUP)
+        self._reload_requested = False
+        self.reloads = ReloadCounters()
         self.hub = Hub(period_seconds=config.period_seconds)
         self.runner = CollectorRunner(
             collectors, timeout=max(0.5, config.period_seconds), config=config
@@ -77,11 +100,46 @@ class Daemon:
         if self._stop is not None:
             self._stop.set()
 
+    def request_reload(self) -> None:
+        self._reload_requested = True  # applied at the next tick, between snapshots
+
+    def reload(self) -> bool:
+        """Re-read the configuration; keep the running one if the new one is invalid."""
+        if self._reload_config is None:
+            return False
+        try:
+            new, collectors = self._reload_config()
+        except ConfigError as exc:
+            self.reloads.failed()
+            log.error("configuration reload failed, keeping the running configuration: %s", exc)
+            return False
+        plan = plan_reload(self.config, new, self.collectors, collectors)
+        if plan.needs_restart:
+            log.warning("reload: %s changed; this takes a restart", ", ".join(plan.needs_restart))
+        self._apply(plan, collectors)
+        self.reloads.succeeded()
+        log.info("configuration reloaded: %s", ", ".join(plan.changed) or "no changes")
+        return True
+
+    def _apply(self, plan: ReloadPlan, collectors: list[str]) -> None:
+        config = self.config = plan.config
+        logging.getLogger().setLevel(config.log_level.upper())
+        self.hub.period_seconds = config.period_seconds
+        self.builder = JobBuilder(PeakTable(config.peaks))
+        self.endpoint.program_limit = config.program_series_limit
+        if plan.rebuild_collectors:
+            self.runner.close()
+            self.collectors = collectors
+            self.runner = CollectorRunner(
+                collectors, timeout=max(0.5, config.period_seconds), config=config
+            )
+
     async def run(self) -> None:
         self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         server = await self._start_grpc()
         try:
             self.endpoint.start(self.config.listen_host, self.config.listen_port)
@@ -127,11 +185,13 @@ class Daemon:
 
     async def _tick_forever(self) -> None:
         assert self._stop is not None
-        period = self.config.period_seconds
         next_tick = time.monotonic()
         while not self._stop.is_set():
+            if self._reload_requested:
+                self._reload_requested = False
+                await asyncio.to_thread(self.reload)
             await self.tick()
-            next_tick += period
+            next_tick += self.config.period_seconds
             delay = next_tick - time.monotonic()
             if delay < 0:  # fell behind (suspended, overloaded): do not burst to catch up
                 next_tick, delay = time.monotonic(), 0.0
@@ -178,6 +238,9 @@ class Daemon:
                 reports_received_total=counters.reports_received,
                 reports_rejected_total=counters.reports_rejected,
                 agents_disconnected_total=counters.disconnects,
+                config_reloads_total=self.reloads.total,
+                config_reload_failures_total=self.reloads.failures,
+                config_last_reload_successful=self.reloads.last_ok,
             ),
             host=output.host,
             devices=output.devices,
