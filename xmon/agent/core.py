@@ -250,11 +250,20 @@ def _device_proto(info: Any) -> xmon_pb2.DeviceInfo:
         process_index=info.process_index,
         coords=list(info.coords or ()),
     )
-    for name in ("local_hardware_id", "core_on_chip", "slice_index"):
-        value = getattr(info, name)
+    _copy_known(info, proto, ("local_hardware_id", "core_on_chip", "slice_index"))
+    return proto
+
+
+def _copy_known(source: Any, proto: Any, names: tuple[str, ...]) -> None:
+    """Set the proto's optional fields that are known (None stays unset: "not available")."""
+    for name in names:
+        value = getattr(source, name)
         if value is not None:
             setattr(proto, name, value)
-    return proto
+
+
+# The optional (maybe unknown) fields of a program: the same names in the proto and model.
+_PROGRAM_OPTIONAL = tuple(f.name for f in xmon_pb2.ProgramInfo.DESCRIPTOR.fields if f.has_presence)
 
 
 def _program_proto(record: ProgramRecord) -> xmon_pb2.ProgramInfo:
@@ -267,12 +276,5 @@ def _program_proto(record: ProgramRecord) -> xmon_pb2.ProgramInfo:
         cache_hit=record.cache_hit,
         in_step=record.in_step,
     )
-    for name in (
-        "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed",
-        "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
-        "peak_memory_bytes", "compile_seconds",
-    ):  # fmt: skip
-        value = getattr(record, name)
-        if value is not None:
-            setattr(proto, name, value)
+    _copy_known(record, proto, _PROGRAM_OPTIONAL)
     return proto

@@ -6,6 +6,7 @@ Imports stay inside the subcommands so ``xmon daemon`` and the views never impor
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -13,97 +14,68 @@ from xmon import __version__
 
 Handler = Callable[[argparse.Namespace], int]
 
-
-def _daemon(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import daemon
-
-    daemon.add_arguments(parser)
-    return daemon.main
-
-
-def _run(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import run
-
-    run.add_arguments(parser)
-    return run.main
-
-
-def _demo(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import demo
-
-    demo.add_arguments(parser)
-    return demo.main
-
-
-def _monitor(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import monitor
-
-    monitor.add_arguments(parser)
-    return monitor.main
-
-
-def _top(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import top
-
-    top.add_arguments(parser)
-    return top.main
-
-
-def _capture(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import capture
-
-    capture.add_arguments(parser)
-    return capture.main
-
-
-def _programs(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import programs
-
-    programs.add_arguments(parser)
-    return programs.main
-
-
-def _install_service(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import install_service
-
-    install_service.add_arguments(parser)
-    return install_service.main
-
-
-def _ls(parser: argparse.ArgumentParser) -> Handler:
-    from xmon.cli import ls
-
-    ls.add_arguments(parser)
-    return ls.main
-
-
-SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], Handler]]] = {
-    "daemon": ("run the per-host monitoring daemon", _daemon),
-    "capture": ("record a trace or memory profile inside a running JAX job", _capture),
-    "programs": ("list the compiled XLA programs of the jobs, or print one's HLO", _programs),
-    "run": ("run a command with the xmon agent attached to its JAX job", _run),
-    "demo": ("start a daemon and a small JAX training job on CPU to see xmon live", _demo),
-    "monitor": ("print a JSON report per period, one a line (like neuron-monitor)", _monitor),
-    "top": ("interactive full-screen view of devices, jobs, programs and compiles", _top),
-    "ls": ("list this host's TPUs and GPUs (like neuron-ls / tpu-info)", _ls),
-    "install-service": ("install the daemon as a hardened systemd service", _install_service),
+# name -> (help, module with add_arguments(parser) and main(args) -> int)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "daemon": ("run the per-host monitoring daemon", "xmon.cli.daemon"),
+    "capture": ("record a trace or memory profile inside a running JAX job", "xmon.cli.capture"),
+    "programs": (
+        "list the compiled XLA programs of the jobs, or print one's HLO",
+        "xmon.cli.programs",
+    ),
+    "run": ("run a command with the xmon agent attached to its JAX job", "xmon.cli.run"),
+    "demo": (
+        "start a daemon and a small JAX training job on CPU to see xmon live",
+        "xmon.cli.demo",
+    ),
+    "monitor": (
+        "print a JSON report per period, one a line (like neuron-monitor)",
+        "xmon.cli.monitor",
+    ),
+    "top": (
+        "interactive full-screen view of devices, jobs, programs and compiles",
+        "xmon.cli.top",
+    ),
+    "ls": ("list this host's TPUs and GPUs (like neuron-ls / tpu-info)", "xmon.cli.ls"),
+    "install-service": (
+        "install the daemon as a hardened systemd service",
+        "xmon.cli.install_service",
+    ),
 }
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+def _setup(module_name: str, parser: argparse.ArgumentParser) -> Handler:
+    module = importlib.import_module(module_name)
+    module.add_arguments(parser)
+    return module.main  # type: ignore[no-any-return]
+
+
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+    """The whole command line; with ``only``, just that subcommand's module is imported (the
+    others keep their one-line help), so a command starts without loading all the others."""
     parser = argparse.ArgumentParser(
         prog="xmon", description="PJRT device profiler and monitoring daemon for JAX jobs."
     )
     parser.add_argument("--version", action="version", version=f"xmon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     handlers: dict[str, Handler] = {}
-    for name, (text, setup) in SUBCOMMANDS.items():
-        handlers[name] = setup(sub.add_parser(name, help=text, description=text))
+    for name, (text, module_name) in SUBCOMMANDS.items():
+        subparser = sub.add_parser(name, help=text, description=text)
+        if only is None or name == only:
+            handlers[name] = _setup(module_name, subparser)
     return parser, handlers
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (options before it take no values)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in SUBCOMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser, handlers = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, handlers = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

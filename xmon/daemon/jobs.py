@@ -41,11 +41,8 @@ _MEMORY_KEYS = (
     "peak_bytes_reserved", "bytes_reservable_limit", "largest_free_block_bytes",
     "largest_alloc_size", "num_allocs", "pool_bytes", "peak_pool_bytes",
 )  # fmt: skip
-_PROGRAM_OPTIONAL = (
-    "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed",
-    "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
-    "peak_memory_bytes", "compile_seconds",
-)  # fmt: skip
+# The optional (maybe unknown) fields of a program: the same names in the proto and model.
+_PROGRAM_OPTIONAL = tuple(f.name for f in xmon_pb2.ProgramInfo.DESCRIPTOR.fields if f.has_presence)
 
 
 def clean_label(value: str) -> str:
