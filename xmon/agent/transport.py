@@ -62,6 +62,7 @@ class Transport:
         self._connected = threading.Event()
         self._thread: threading.Thread | None = None
         self._call: grpc.Future | None = None
+        self._grpc_threads: list[threading.Thread] = []  # gRPC's helpers for our stream
         self.counters = TransportCounters()
 
     @property
@@ -116,9 +117,8 @@ class Transport:
         # gRPC serves a stream with helper threads of its own (request consumer, channel spin).
         # One still running when the interpreter finalises is killed inside C++ code, which
         # aborts the process ("FATAL: exception not rethrown"); let them finish first.
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and _is_grpc_helper(thread):
-                thread.join(max(0.0, deadline - time.monotonic()))
+        for thread in self._grpc_threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # -- stream thread -----------------------------------------------------------------------
     def _run(self) -> None:
@@ -137,12 +137,14 @@ class Transport:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ]
+        before = set(threading.enumerate())  # to tell gRPC's helpers for this stream apart
         channel = grpc.insecure_channel(self._target, options=options)
         try:
             grpc.channel_ready_future(channel).result(timeout=1.0)
             stub = xmon_pb2_grpc.IngestStub(channel)
             call = stub.Connect(self._requests())
             self._call = call
+            self._note_grpc_threads(before)
             for message in call:
                 self._handle(message)
         except grpc.FutureTimeoutError:
@@ -152,8 +154,15 @@ class Transport:
         except Exception as exc:  # noqa: BLE001 - the job must never see this
             self.counters.last_error = repr(exc)
         finally:
+            self._note_grpc_threads(before)
             self._disconnect()
             channel.close()
+
+    def _note_grpc_threads(self, before: set[threading.Thread]) -> None:
+        started = [t for t in threading.enumerate() if t not in before and _is_grpc_helper(t)]
+        self._grpc_threads = [t for t in self._grpc_threads if t.is_alive()] + [
+            t for t in started if t not in self._grpc_threads
+        ]
 
     def _handle(self, message: xmon_pb2.DaemonMessage) -> None:
         kind = message.WhichOneof("kind")
