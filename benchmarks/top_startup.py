@@ -21,7 +21,7 @@ from pathlib import Path
 
 from xmon import __version__
 
-from common import machine, summary
+from common import machine, summary, table, today, write_section
 from procs import base_env, start_daemon
 
 POLL_SECONDS = 0.005
@@ -73,11 +73,19 @@ def main() -> int:
             firsts.append(data)
     finally:
         daemon.stop()
-    print(f"xmon top start-up, {args.runs} runs in tmux — {machine()}")
+    rows = []
     for name, values in (("first frame", frames), ("first snapshot drawn", firsts)):
         s = summary(values)
-        print(f"  {name:<21} median {s['median'] * 1000:6.0f} ms   "
-              f"min {s['min'] * 1000:6.0f} ms   max {s['max'] * 1000:6.0f} ms")  # fmt: skip
+        rows.append([name, f"{s['median'] * 1000:.0f} ms", f"{s['min'] * 1000:.0f} ms",
+                     f"{s['max'] * 1000:.0f} ms"])  # fmt: skip
+    body = (
+        f"## xmon top start-up\n\n{today()} — {machine()}\n\n"
+        f"{args.runs} runs of `xmon top` in tmux against a real daemon, from the shell command "
+        "to the first frame on the screen (budget: under a second).\n\n"
+        + table(["", "median", "min", "max"], rows)
+    )
+    write_section("top-startup", body)
+    print(body)
     return 0
 
 
