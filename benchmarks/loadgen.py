@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
@@ -62,6 +63,14 @@ def report(seq: int, steps: int) -> xmon_pb2.AgentMessage:
     )
 
 
+def _all(transports: list[Transport], action: Callable[[Transport], object]) -> None:
+    threads = [threading.Thread(target=action, args=(t,)) for t in transports]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def run(socket: str, agents: int, rate: float, seconds: float) -> dict[str, int]:
     target = paths.grpc_target(paths.Path(socket))
     transports = [Transport(target, lambda i=i: hello(i), lambda c: None) for i in range(agents)]
@@ -82,12 +91,11 @@ def run(socket: str, agents: int, rate: float, seconds: float) -> dict[str, int]
             offered += 1
         next_tick += period
         threading.Event().wait(max(0.0, next_tick - time.monotonic()))
-    for transport in transports:
-        transport.flush(2.0)
+    # Flush and stop all at once: each waits (bounded) for its own stream to drain and close.
+    _all(transports, lambda t: t.flush(2.0))
     sent = sum(t.counters.reports_sent for t in transports)
     dropped = sum(t.counters.reports_dropped for t in transports)
-    for transport in transports:
-        transport.stop()
+    _all(transports, lambda t: t.stop())
     return {"offered": offered, "sent": sent, "dropped": dropped, "pid": os.getpid()}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from xmon.config import DaemonConfig
 from xmon.daemon.capture import CaptureSpec, Profiler
@@ -12,6 +13,9 @@ from xmon.daemon.server import Hub
 from xmon.daemon.triggers import Fire, TriggerEngine, TriggerRules
 from xmon.model import ExporterHealth, Job, Snapshot
 from xmon.profiling_config import ProfilingConfig
+
+if TYPE_CHECKING:
+    from xmon.exporters.tensorboard import TensorBoardExporter
 
 log = logging.getLogger("xmon.daemon")
 
@@ -23,31 +27,44 @@ class Profiling:
         self.profiler = Profiler(hub, settings, config.logdir)
         rules = TriggerRules.from_config(settings)
         self.triggers = TriggerEngine(rules) if settings.triggers else None
-        self.tensorboard = None
-        if settings.tensorboard:
-            from xmon.exporters.tensorboard import TensorBoardExporter
-
-            self.tensorboard = TensorBoardExporter(
-                config.logdir,
-                interval_seconds=settings.tensorboard_interval_seconds,
-                flush_seconds=settings.tensorboard_flush_seconds,
-                max_bytes=settings.retention_max_bytes,
-                max_age_seconds=settings.retention_max_age_seconds,
-            )
+        # Built on the first snapshot with a job: tensorboard pulls in numpy (~20 MB), which a
+        # daemon with nothing to write should not carry.
+        self.tensorboard: TensorBoardExporter | None = None
+        self._logdir = config.logdir
         self._export: asyncio.Task[None] | None = None
 
     def annotate(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
         return self.profiler.annotate(jobs)
 
     def health(self) -> tuple[ExporterHealth, ...]:
-        return () if self.tensorboard is None else (self.tensorboard.health(),)
+        if not self.settings.tensorboard:
+            return ()
+        if self.tensorboard is None:  # nothing written yet, so nothing failed
+            return (ExporterHealth("tensorboard", True, target=str(self._logdir)),)
+        return (self.tensorboard.health(),)
+
+    def _export_tensorboard(self, snapshot: Snapshot) -> None:
+        """Runs in a worker thread (imports and file I/O stay off the daemon's loop)."""
+        if self.tensorboard is None:
+            if not snapshot.jobs:
+                return
+            from xmon.exporters.tensorboard import TensorBoardExporter
+
+            self.tensorboard = TensorBoardExporter(
+                self._logdir,
+                interval_seconds=self.settings.tensorboard_interval_seconds,
+                flush_seconds=self.settings.tensorboard_flush_seconds,
+                max_bytes=self.settings.retention_max_bytes,
+                max_age_seconds=self.settings.retention_max_age_seconds,
+            )
+        self.tensorboard.update(snapshot)
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Export and evaluate triggers without delaying the tick: file I/O runs in a thread,
         and a snapshot arriving while the previous one is still being written is skipped."""
-        if self.tensorboard is not None and (self._export is None or self._export.done()):
+        if self.settings.tensorboard and (self._export is None or self._export.done()):
             self._export = asyncio.get_running_loop().create_task(
-                asyncio.to_thread(self.tensorboard.update, snapshot)
+                asyncio.to_thread(self._export_tensorboard, snapshot)
             )
         if self.triggers is not None:
             for fire in self.triggers.evaluate(snapshot, self.profiler.busy_pids()):
