@@ -106,7 +106,9 @@ def main(quick: bool = False) -> str:
         idle_daemon = start_daemon(workdir / "idle", period=1.0)
         try:
             time.sleep(2)
-            idle_alone = cpu_percent_over(psutil.Process(idle_daemon.popen.pid), window)
+            idle_process = psutil.Process(idle_daemon.popen.pid)
+            idle_alone = cpu_percent_over(idle_process, window)
+            idle_rss = idle_process.memory_info().rss / 2**20
         finally:
             idle_daemon.stop()
         idle = under_load(workdir, 4, 1.0, window)
@@ -119,8 +121,9 @@ def main(quick: bool = False) -> str:
             "< 500 ms",
         ],
         ["CPU idle, no agents (1 s period)", f"{idle_alone:.2f} % of a core", ""],
+        ["RSS idle, no agents", f"{idle_rss:.1f} MiB", "< 50 MB"],
         ["CPU idle, 4 agents at 1 Hz", f"{idle['cpu']:.2f} % of a core", "< 0.5 %"],
-        ["RSS with 4 agents", f"{idle['rss']:.1f} MiB", "< 50 MB"],
+        ["RSS with 4 agents (TensorBoard writer loaded)", f"{idle['rss']:.1f} MiB", "< 50 MB"],
         ["CPU, 64 agents × 10 Hz", f"{fan_in['cpu']:.1f} % of a core", "< 10 %"],
         [
             "reports sent / lost, 64 × 10 Hz",
