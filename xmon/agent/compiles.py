@@ -17,6 +17,7 @@ into user code, so every callback here is wrapped and does O(1) work.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -24,8 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from xmon.agent.programs import ProgramRecord, describe_executable
-from xmon.model import CompileEvent, CompileStats
+from xmon.agent.programs import describe_executable
+from xmon.model import CompileEvent, CompileStats, Program
 
 log = logging.getLogger("xmon.agent")
 
@@ -49,7 +50,7 @@ class CompileRecorder:
         self._counts: dict[str, float] = {}
         self._seen_fun_names: set[str] = set()
         self._pending_events: deque[CompileEvent] = deque(maxlen=MAX_PENDING_EVENTS)
-        self._programs: dict[str, ProgramRecord] = {}
+        self._programs: dict[str, Program] = {}
         self._unsent: list[str] = []
         self._local = threading.local()
         self.events_dropped = 0
@@ -93,10 +94,12 @@ class CompileRecorder:
                 self.events_dropped += 1
             self._pending_events.append(CompileEvent(fun_name, seconds, time.time(), cache_hit))
             if last is not None and last in self._programs:
-                record = self._programs[last]
-                record.fun_name = fun_name
-                record.compile_seconds = seconds
-                record.cache_hit = cache_hit
+                self._programs[last] = dataclasses.replace(
+                    self._programs[last],
+                    fun_name=fun_name,
+                    compile_seconds=seconds,
+                    cache_hit=cache_hit,
+                )
                 self._mark_unsent(last)
 
     # -- executable hook (user threads) ------------------------------------------------------
@@ -106,16 +109,16 @@ class CompileRecorder:
         except Exception as exc:  # noqa: BLE001
             log.debug("xmon: could not analyse a compiled program: %s", exc)
             return
-        record.in_step = self._in_step()
+        in_step = self._in_step()
         with self._lock:
             self.generation += 1
             existing = self._programs.get(record.fingerprint)
             if existing is not None:
-                record.in_step = record.in_step or existing.in_step
+                in_step = in_step or existing.in_step
             elif len(self._programs) >= MAX_PROGRAMS:
                 self.events_dropped += 1
                 return
-            self._programs[record.fingerprint] = record
+            self._programs[record.fingerprint] = dataclasses.replace(record, in_step=in_step)
             self._mark_unsent(record.fingerprint)
         self._local.last_program = record.fingerprint
         listener = self.executable_listener
@@ -150,7 +153,7 @@ class CompileRecorder:
             self._pending_events.clear()
         return events
 
-    def unsent_programs(self) -> list[ProgramRecord]:
+    def unsent_programs(self) -> list[Program]:
         """Programs the daemon has not acknowledged; call mark_sent() once delivered."""
         with self._lock:
             return [self._programs[f] for f in self._unsent if f in self._programs]
@@ -165,14 +168,14 @@ class CompileRecorder:
         with self._lock:
             self._unsent = list(self._programs)
 
-    def programs(self) -> list[ProgramRecord]:
+    def programs(self) -> list[Program]:
         with self._lock:
             return list(self._programs.values())
 
-    def program_by_name(self, name: str) -> ProgramRecord | None:
+    def program_by_name(self, name: str) -> Program | None:
         with self._lock:
             matches = [p for p in self._programs.values() if p.name == name]
-        return max(matches, key=lambda p: p.compiled_at) if matches else None
+        return max(matches, key=lambda p: p.compiled_at or 0.0) if matches else None
 
 
 class CompileHooks:

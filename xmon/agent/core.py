@@ -17,9 +17,9 @@ from xmon.agent import memory
 from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
-from xmon.agent.programs import ProgramRecord
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
+from xmon.model import Program
 from xmon.proto import xmon_pb2
 
 log = logging.getLogger("xmon.agent")
@@ -266,13 +266,13 @@ def _copy_known(source: Any, proto: Any, names: tuple[str, ...]) -> None:
 _PROGRAM_OPTIONAL = tuple(f.name for f in xmon_pb2.ProgramInfo.DESCRIPTOR.fields if f.has_presence)
 
 
-def _program_proto(record: ProgramRecord) -> xmon_pb2.ProgramInfo:
+def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:
     proto = xmon_pb2.ProgramInfo(
         fingerprint=record.fingerprint,
         name=record.name,
-        fun_name=record.fun_name,
+        fun_name=record.fun_name or "",
         num_devices=record.num_devices,
-        compiled_at=record.compiled_at,
+        compiled_at=record.compiled_at or 0.0,
         cache_hit=record.cache_hit,
         in_step=record.in_step,
     )

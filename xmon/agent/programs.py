@@ -4,36 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from xmon.model import Program
 
 # Backends whose XLA lowers dots to library custom-calls that cost analysis does not count.
 _CUSTOM_CALL_GEMM_PLATFORMS = frozenset({"gpu", "cuda", "rocm"})
-
-
-@dataclass
-class ProgramRecord:
-    """Mutable while the compile is in flight (fun_name and time arrive just after)."""
-
-    fingerprint: str
-    name: str
-    fun_name: str = ""
-    flops: float | None = None
-    flops_xla: float | None = None
-    custom_call_flops: float | None = None
-    transcendentals: float | None = None
-    bytes_accessed: float | None = None
-    argument_bytes: int | None = None
-    output_bytes: int | None = None
-    alias_bytes: int | None = None
-    temp_bytes: int | None = None
-    generated_code_bytes: int | None = None
-    peak_memory_bytes: int | None = None
-    num_devices: int = 1
-    compile_seconds: float | None = None
-    compiled_at: float = 0.0
-    cache_hit: bool = False
-    in_step: bool = False
 
 
 def module_name(computation: Any) -> str:
@@ -113,7 +89,7 @@ def _custom_call_flops(executable: Any) -> float | None:
     return hlo.custom_call_gemm_flops(text)
 
 
-def describe_executable(computation: Any, executable: Any) -> ProgramRecord:
+def describe_executable(computation: Any, executable: Any) -> Program:
     """Read cost analysis, memory analysis and identity of a freshly compiled executable.
 
     Cost numbers are per device (XLA's convention for SPMD programs). ``flops`` adds GEMMs that
@@ -132,7 +108,7 @@ def describe_executable(computation: Any, executable: Any) -> ProgramRecord:
         else 0.0
     )
     flops = None if flops_xla is None else flops_xla + (extra or 0.0)
-    return ProgramRecord(
+    return Program(
         fingerprint=_fingerprint(executable, name),
         name=name,
         flops=flops,
