@@ -21,6 +21,7 @@ from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
 from xmon.model import Program
 from xmon.proto import xmon_pb2
+from xmon.wire import fields_of, optional_field_names
 
 log = logging.getLogger("xmon.agent")
 
@@ -162,23 +163,9 @@ class Agent:
             seq=self._seq,
             wall_time=time.time(),
             memory=self._memory_samples(),
-            compile=xmon_pb2.CompileCounters(
-                compiles_total=stats.compiles_total,
-                recompiles_total=stats.recompiles_total,
-                backend_compile_seconds_total=stats.backend_compile_seconds_total,
-                trace_seconds_total=stats.trace_seconds_total,
-                lowering_seconds_total=stats.lowering_seconds_total,
-                cache_requests_total=stats.cache_requests_total,
-                cache_hits_total=stats.cache_hits_total,
-                cache_misses_total=stats.cache_misses_total,
-            ),
+            compile=xmon_pb2.CompileCounters(**fields_of(stats, xmon_pb2.CompileCounters)),
             compile_events=[
-                xmon_pb2.CompileEvent(
-                    fun_name=e.fun_name,
-                    duration_seconds=e.duration_seconds,
-                    wall_time=e.wall_time,
-                    cache_hit=e.cache_hit,
-                )
+                xmon_pb2.CompileEvent(**fields_of(e, xmon_pb2.CompileEvent))
                 for e in self.compiles.take_events()
             ],
             programs=[_program_proto(p) for p in programs],
@@ -262,8 +249,7 @@ def _copy_known(source: Any, proto: Any, names: tuple[str, ...]) -> None:
             setattr(proto, name, value)
 
 
-# The optional (maybe unknown) fields of a program: the same names in the proto and model.
-_PROGRAM_OPTIONAL = tuple(f.name for f in xmon_pb2.ProgramInfo.DESCRIPTOR.fields if f.has_presence)
+_PROGRAM_OPTIONAL = optional_field_names(xmon_pb2.ProgramInfo)
 
 
 def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:

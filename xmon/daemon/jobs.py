@@ -29,6 +29,7 @@ from xmon.model import (
 )
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2
+from xmon.wire import fields_of, optional_field_names
 
 STEP_WINDOW = 256  # step durations kept for percentiles
 THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
@@ -41,8 +42,7 @@ _MEMORY_KEYS = (
     "peak_bytes_reserved", "bytes_reservable_limit", "largest_free_block_bytes",
     "largest_alloc_size", "num_allocs", "pool_bytes", "peak_pool_bytes",
 )  # fmt: skip
-# The optional (maybe unknown) fields of a program: the same names in the proto and model.
-_PROGRAM_OPTIONAL = tuple(f.name for f in xmon_pb2.ProgramInfo.DESCRIPTOR.fields if f.has_presence)
+_PROGRAM_OPTIONAL = optional_field_names(xmon_pb2.ProgramInfo)
 
 
 def clean_label(value: str) -> str:
@@ -260,28 +260,10 @@ def _compile_stats(
 ) -> CompileStats:
     if report is None:
         return CompileStats(recent=recent)
-    c = report.compile
-    return CompileStats(
-        compiles_total=c.compiles_total,
-        recompiles_total=c.recompiles_total,
-        backend_compile_seconds_total=c.backend_compile_seconds_total,
-        trace_seconds_total=c.trace_seconds_total,
-        lowering_seconds_total=c.lowering_seconds_total,
-        cache_requests_total=c.cache_requests_total,
-        cache_hits_total=c.cache_hits_total,
-        cache_misses_total=c.cache_misses_total,
-        recent=recent,
-    )
+    return CompileStats(**fields_of(report.compile, xmon_pb2.CompileCounters), recent=recent)
 
 
 def _agent_health(report: xmon_pb2.AgentReport | None) -> AgentHealth:
     if report is None:
         return AgentHealth()
-    a = report.agent
-    return AgentHealth(
-        reports_sent_total=a.reports_sent_total,
-        reports_dropped_total=a.reports_dropped_total,
-        events_dropped_total=a.events_dropped_total,
-        reconnects_total=a.reconnects_total,
-        overhead_seconds_total=a.overhead_seconds_total,
-    )
+    return AgentHealth(**fields_of(report.agent, xmon_pb2.AgentCounters))
