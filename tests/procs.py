@@ -99,14 +99,18 @@ class Daemon(Proc):
 
 
 def start_daemon(
-    workdir: Path, port: int = 0, period: float = 0.5, env: dict[str, str] | None = None
+    workdir: Path,
+    port: int = 0,
+    period: float = 0.5,
+    env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
 ) -> Daemon:
     workdir.mkdir(parents=True, exist_ok=True)
     socket_path = workdir / "xmon.sock"
     full_env = base_env(XMON_LOGDIR=str(workdir / "tb"), XMON_PEAKS=json.dumps(CPU_PEAKS))
     full_env.update(env or {})
     cmd = [sys.executable, "-m", "xmon", "daemon", "--listen", f"127.0.0.1:{port}",
-           "--socket", str(socket_path), "--period", str(period)]  # fmt: skip
+           "--socket", str(socket_path), "--period", str(period), *(extra_args or ())]  # fmt: skip
     log_path = workdir / f"daemon-{time.monotonic_ns()}.log"
     proc = spawn(cmd, log_path, full_env)
 

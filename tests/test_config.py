@@ -189,7 +189,8 @@ BAD = [
      'config {path}: socket_path must be a non-empty string, got ""'),
     ("file-unknown-key", "perod_seconds = 1", {}, {},
      'config {path}: unknown key "perod_seconds"; valid keys: agent_timeout_seconds, '
-     "collectors, host, listen_host, listen_port, log_level, logdir, max_message_bytes, peaks, "
+     "collectors, host, listen_host, listen_port, log_level, logdir, max_agents, "
+     "max_message_bytes, peaks, "
      "period_seconds, procfs_root, profiling, program_series_limit, socket_path, sysfs_root, "
      "tpu_metrics_addresses"),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},

@@ -48,6 +48,7 @@ class DaemonConfig:
     max_message_bytes: int = 16 * 1024 * 1024
     log_level: str = "info"
     agent_timeout_seconds: float = 10.0  # an agent silent this long is dropped
+    max_agents: int = 1024  # agent streams at once; more are refused (bounds the job series)
     # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
     tpu_metrics_addresses: tuple[str, ...] = ()
     sysfs_root: Path = Path("/sys")  # like node_exporter's --path.sysfs (host /sys elsewhere)
@@ -245,6 +246,7 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "program_series_limit": _int_in(1, 100_000),
     "max_message_bytes": _int_in(1024, 2**31 - 1),  # gRPC sizes are int32
     "agent_timeout_seconds": _number_in(0.1, 86_400),
+    "max_agents": _int_in(1, 1_000_000),
     "collectors": _collectors,
     "host": _host,
     "peaks": _peaks,

@@ -17,7 +17,7 @@ import pytest
 from xmon.agent.transport import Outgoing, Transport
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
-from procs import Daemon, start_job, wait_for
+from procs import Daemon, start_daemon, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -224,3 +224,26 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "period_seconds" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_agent_streams_are_capped(tmp_path: Path) -> None:
+    config = tmp_path / "xmon.toml"
+    config.write_text("max_agents = 2\n")
+    daemon = start_daemon(tmp_path / "d", extra_args=["--config", str(config)])
+    agents = [_agent(daemon, f"capped{i}", 6000 + i) for i in range(2)]
+    third = Transport(f"unix://{daemon.socket_path}", lambda: _hello(6002, "third"), print)
+    third.start()
+    try:
+        wait_for(lambda: "RESOURCE_EXHAUSTED" in third.counters.last_error, 20, "the third refused")
+        assert not third.connected
+        assert "max_agents" in third.counters.last_error
+        wait_for(lambda: 'job_name="capped1"' in daemon.scrape(), 20, "the admitted agents")
+        text = daemon.scrape()
+        assert 'job_name="capped0"' in text and 'job_name="third"' not in text
+        agents.pop().stop()  # a slot frees up: the refused agent gets in on its next retry
+        wait_for(lambda: third.connected, 30, "the third agent to be let in")
+    finally:
+        third.stop()
+        for agent in agents:
+            agent.stop()
+        daemon.stop()

@@ -45,6 +45,7 @@ class Hub:
     """State shared by the services and the snapshot loop (asyncio loop only)."""
 
     period_seconds: float
+    max_agents: int = 1024
     jobs: dict[int, JobState] = field(default_factory=dict)
     counters: IngestCounters = field(default_factory=IngestCounters)
     snapshot: Snapshot | None = None
@@ -92,8 +93,15 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         if hello is None:
             return
         hub = self._hub
-        stream_id = hub.next_id()
         self._replace_same_process(hello.pid)
+        if len(hub.jobs) >= hub.max_agents:
+            hub.counters.reports_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this daemon already serves {hub.max_agents} agents (max_agents)",
+            )
+            return
+        stream_id = hub.next_id()
         hub.jobs[stream_id] = JobState(hello=hello, connected_at=time.time())
         link = hub.links[stream_id] = AgentLink()
         log.info("agent attached: job %r pid %d", hello.job_name, hello.pid)

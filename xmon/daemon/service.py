@@ -82,7 +82,7 @@ class Daemon:
         self._reload_config = reload_config  # re-reads file, env and flags (SIGHUP)
         self._reload_requested = False
         self.reloads = ReloadCounters()
-        self.hub = Hub(period_seconds=config.period_seconds)
+        self.hub = Hub(period_seconds=config.period_seconds, max_agents=config.max_agents)
         self.runner = CollectorRunner(
             collectors, timeout=max(0.5, config.period_seconds), config=config
         )
@@ -125,6 +125,7 @@ class Daemon:
         config = self.config = plan.config
         logging.getLogger().setLevel(config.log_level.upper())
         self.hub.period_seconds = config.period_seconds
+        self.hub.max_agents = config.max_agents
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint.program_limit = config.program_series_limit
         if plan.rebuild_collectors:
