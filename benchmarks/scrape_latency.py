@@ -111,6 +111,16 @@ def count_series(url: str) -> int:
     return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
 
+def scrape_series(url: str, scrapes: int, interval: float) -> tuple[dict[str, float], int]:
+    """Latency summary of ``scrapes`` scrapes ``interval`` apart, and the series count."""
+    series = count_series(url)
+    latencies = []
+    for _ in range(scrapes):
+        latencies.append(scrape(url)[0])
+        time.sleep(interval)
+    return summary(latencies), series
+
+
 def measure_xmon(target: int, scrapes: int, interval: float) -> tuple[dict[str, float], int]:
     endpoint = MetricsEndpoint(program_limit=50)
     endpoint.start("127.0.0.1", 0)
@@ -129,15 +139,10 @@ def measure_xmon(target: int, scrapes: int, interval: float) -> tuple[dict[str, 
     url = f"http://127.0.0.1:{endpoint.port}/metrics"
     try:
         time.sleep(0.2)
-        series = count_series(url)
-        latencies = []
-        for _ in range(scrapes):
-            latencies.append(scrape(url)[0])
-            time.sleep(interval)
+        return scrape_series(url, scrapes, interval)
     finally:
         stop.set()
         endpoint.stop()
-    return summary(latencies), series
 
 
 def measure_node_exporter(scrapes: int, interval: float) -> tuple[dict[str, float], int] | None:
@@ -153,15 +158,10 @@ def measure_node_exporter(scrapes: int, interval: float) -> tuple[dict[str, floa
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: scrape(url), 10, "node_exporter")
-        series = count_series(url)
-        latencies = []
-        for _ in range(scrapes):
-            latencies.append(scrape(url)[0])
-            time.sleep(interval)
+        return scrape_series(url, scrapes, interval)
     finally:
         proc.terminate()
         proc.wait(5)
-    return summary(latencies), series
 
 
 def main(quick: bool = False) -> str:
