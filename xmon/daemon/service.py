@@ -220,9 +220,13 @@ class Daemon:
         output, health = await asyncio.to_thread(
             self.runner.run, CollectContext(pids=pids, monotonic=now)
         )
+        # Streams may have closed while the collectors ran: the snapshot shows only the jobs
+        # still connected, so that its job list and agents_connected agree.
+        connected = self.hub.jobs
+        still_live = [state for stream_id, state in live.items() if stream_id in connected]
         jobs = tuple(
             self.builder.build(state, output.processes.get(state.pid))
-            for state in sorted(live.values(), key=lambda s: (s.job_name, s.pid))
+            for state in sorted(still_live, key=lambda s: (s.job_name, s.pid))
         )
         jobs = self.profiling.annotate(jobs)
         self._seq += 1
@@ -235,7 +239,7 @@ class Daemon:
             daemon=DaemonStats(
                 version=__version__,
                 started_at=self.started_at,
-                agents_connected=len(self.hub.jobs),
+                agents_connected=len(connected),
                 reports_received_total=counters.reports_received,
                 reports_rejected_total=counters.reports_rejected,
                 agents_disconnected_total=counters.disconnects,
