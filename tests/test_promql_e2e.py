@@ -1,10 +1,14 @@
 """Every dashboard query and every alert rule, run against a real Prometheus that scrapes a real
 xmon daemon with a real JAX job attached (4 CPU devices).
 
-Expressions on hardware series (``xmon_device_*``: a TPU or GPU collector) or on PJRT allocator
-stats (absent on CPU) are hardware-only. When the fake libtpu server and the TPU collector are
-in the tree, the daemon also polls the fake, and every hardware expression whose device series
-the daemon then exports must return data too; the rest are reported as owed to a GPU machine.
+Two kinds of expression need more than a CPU host. Those on PJRT allocator stats (peak, limit,
+largest free block, fragmentation, allocations; absent on CPU) are checked against a second job
+on the same daemon: ``fakes.pjrt_job`` speaks the agent's protocol over the real socket and
+reports what a GPU or TPU PJRT client's ``memory_stats()`` returns, so they must return data.
+Those on hardware series (``xmon_device_*``: a TPU or GPU collector) are checked when the fake
+libtpu server and the TPU collector are in the tree: the daemon then polls the fake, and every
+one whose device series the daemon exports must return data. The rest (NVML's) are reported as
+owed to a GPU machine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from typing import Any
 
 import pytest
 
+from xmon.model import DeviceMemory
+
+from fakes.pjrt_job import ALLOCATOR_KEYS, FakePjrtJob, allocator_stats
 from procs import Daemon, Proc, Prometheus, start_daemon, start_job, start_prometheus, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +44,7 @@ pytestmark = pytest.mark.e2e
 
 RULES = REPO / "dashboards" / "alerts" / "xmon.rules.yml"
 JOB_NAME = "opsjob"
+ALLOCATOR_JOB = "pjrtjob"  # the fake GPU/TPU job, for the allocator expressions
 SUBSTITUTE = {"$__rate_interval": "10s", "$__range": "1m", "$__interval": "2s"}
 LABEL_VALUES = re.compile(r"label_values\((.*),\s*(\w+)\)$")
 
@@ -79,6 +87,7 @@ print("steps", step, flush=True)
 class Stack:
     daemon: Daemon
     job: Proc
+    allocator: FakePjrtJob
     prometheus: Prometheus
     tpu: bool  # the daemon also polls the fake libtpu server
     exported: set[str] = field(default_factory=set)  # metric names on the daemon's /metrics
@@ -121,10 +130,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     prometheus = start_prometheus(work / "prom", [f"127.0.0.1:{daemon.metrics_port}"], [RULES])
     job = start_job(work, daemon.socket_path, JOB, JOB_NAME,
                     JOB_STOP=str(work / "stop"), JOB_CACHE=str(work / "cache"))  # fmt: skip
+    allocator = FakePjrtJob(daemon.socket_path, ALLOCATOR_JOB).start()
     try:
-        yield Stack(daemon, job, prometheus, fake is not None)
+        yield Stack(daemon, job, allocator, prometheus, fake is not None)
     finally:
         (work / "stop").touch()
+        allocator.stop()
         for proc in (job, prometheus, daemon):
             proc.stop(signal.SIGTERM)
         if fake:
@@ -151,9 +162,9 @@ def _alert_parts() -> list[tuple[str, str]]:
 def _expected(stack: Stack, expr: str) -> bool:
     """Whether the expression must return data from this stack."""
     kind = needs(expr)
-    if kind is None:
+    if kind in (None, "allocator"):  # the fake PJRT job provides the allocator stats
         return True
-    if kind == "allocator" or not stack.tpu:
+    if not stack.tpu:
         return False
     devices = {n for n in metric_names(expr) if n.startswith("xmon_device_")}
     return devices <= stack.exported
@@ -230,14 +241,39 @@ def test_prometheus_loads_and_evaluates_every_rule(ready: Stack) -> None:
     assert active
 
 
+def test_the_fake_allocator_sends_every_stat_the_model_knows() -> None:
+    """So that no allocator series is left without data by the fake."""
+    derived = {"live_array_bytes", "fragmentation_ratio", "extra"}
+    known = set(DeviceMemory.__dataclass_fields__) - derived
+    assert set(allocator_stats(0, 0)) == set(ALLOCATOR_KEYS) == known
+
+
+def test_allocator_stats_come_through(ready: Stack) -> None:
+    """The fake GPU/TPU job near its limit and allocating; the CPU job, without a limit, not."""
+    by_name = {a.name: a for a in ALERTS}
+    near = wait_for(lambda: ready.query(by_name["XmonJobDeviceMemoryNearLimit"].expr), 60,
+                    "the near-limit expression to be true", interval=1)  # fmt: skip
+    assert {(s["metric"]["job_name"], s["metric"]["device"]) for s in near} == {
+        (ALLOCATOR_JOB, str(d.id)) for d in ready.allocator.devices
+    }
+    selector = f'{{job_name="{ALLOCATOR_JOB}"}}'
+    rates = wait_for(
+        lambda: ready.prometheus.values(f"rate(xmon_job_device_allocations_total{selector}[5s])"),
+        60, "allocation rates",
+    )  # fmt: skip
+    assert len(rates) == len(ready.allocator.devices) and min(rates.values()) > 0, rates
+    fragmentation = ready.prometheus.values(f"xmon_job_device_memory_fragmentation_ratio{selector}")
+    assert fragmentation and all(0 < v < 1 for v in fragmentation.values()), fragmentation
+
+
 def test_hardware_only_expressions(ready: Stack) -> None:
-    """What this machine cannot show: listed, so a GPU or TPU run knows what to check."""
-    hardware = [(w, e) for w, e in _dashboard_exprs() + _alert_parts() if needs(e)]
+    """What this machine cannot show: listed, so a GPU (or TPU) run knows what to check."""
+    hardware = [(w, e) for w, e in _dashboard_exprs() + _alert_parts() if needs(e) == "hardware"]
     checked = [(w, e) for w, e in hardware if _expected(ready, e) or ready.query(e)]
     owed = sorted({w for w, e in hardware if (w, e) not in checked})
     if ready.tpu:
         assert checked, "the fake TPU should make some hardware expressions checkable"
     if owed:
         fake = f"{len(checked)} returned data from the fake TPU" if ready.tpu else "no fake TPU"
-        pytest.skip(f"{len(owed)} hardware-only queries need a GPU or a real PJRT allocator "
-                    f"({fake}): " + "; ".join(owed))  # fmt: skip
+        pytest.skip(f"{len(owed)} hardware-only queries need a GPU's NVML collector"
+                    f"{'' if ready.tpu else ' or a TPU'} ({fake}): " + "; ".join(owed))  # fmt: skip
