@@ -1,4 +1,5 @@
-"""The checked-in generated code matches xmon.proto, and the protocol is versioned."""
+"""The checked-in generated code matches xmon.proto and xplane.proto, and the protocol is
+versioned."""
 
 from __future__ import annotations
 
@@ -6,20 +7,23 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2
 
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.proto import xmon_pb2, xmon_pb2_grpc, xplane_pb2
 
 REPO = Path(__file__).resolve().parent.parent
 PROTO = "xmon/proto/xmon.proto"
+XPLANE_PROTO = "xmon/proto/xplane.proto"
 REGENERATE = "python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. " + PROTO
+REGENERATE_XPLANE = "python -m grpc_tools.protoc -I. --python_out=. " + XPLANE_PROTO
 VERSION_LINE = re.compile(r"^GRPC_GENERATED_VERSION = .*$", re.MULTILINE)
 
 
-def _protoc(tmp_path: Path, *outputs: str) -> None:
+def _protoc(tmp_path: Path, *outputs: str, proto: str = PROTO) -> None:
     include = Path(grpc_tools.__file__).parent / "_proto"
     command = [
         sys.executable,
@@ -28,18 +32,27 @@ def _protoc(tmp_path: Path, *outputs: str) -> None:
         f"-I{REPO}",
         f"-I{include}",
         *outputs,
-        PROTO,
+        proto,
     ]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-def test_checked_in_descriptor_matches_the_proto(tmp_path: Path) -> None:
-    _protoc(tmp_path, f"--descriptor_set_out={tmp_path / 'set.pb'}")
+@pytest.mark.parametrize(
+    ("proto", "module", "regenerate"),
+    [
+        (PROTO, xmon_pb2, REGENERATE),
+        (XPLANE_PROTO, xplane_pb2, REGENERATE_XPLANE),
+    ],
+)
+def test_checked_in_descriptor_matches_the_proto(
+    tmp_path: Path, proto: str, module: Any, regenerate: str
+) -> None:
+    _protoc(tmp_path, f"--descriptor_set_out={tmp_path / 'set.pb'}", proto=proto)
     fresh = descriptor_pb2.FileDescriptorSet.FromString((tmp_path / "set.pb").read_bytes()).file[0]
-    checked_in = descriptor_pb2.FileDescriptorProto.FromString(xmon_pb2.DESCRIPTOR.serialized_pb)
+    checked_in = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
     _drop_json_names(fresh)  # protoc adds them to descriptor sets, not to generated code
-    assert fresh == checked_in, f"regenerate: {REGENERATE}"
+    assert fresh == checked_in, f"regenerate: {regenerate}"
 
 
 def _drop_json_names(file: descriptor_pb2.FileDescriptorProto) -> None:
