@@ -198,6 +198,17 @@ class Program:
     compiled_at: float | None = None  # wall clock
     cache_hit: bool = False  # came from the persistent compilation cache
     in_step: bool = False  # compiled while a step was running: counted in FLOPs per step
+    # HLO module ids of its executables (HloModuleProto.id), which the profiler records as
+    # ``program_id`` on every traced op; read on the agent's thread after the compile. A
+    # recompile of the same program adds the new executable's ids.
+    program_ids: tuple[int, ...] = ()
+    # Executions counted in the job's most recent trace capture the daemon could read (xmon
+    # capture or a triggered one; xmon.daemon.executions). None before any such capture, and
+    # for programs whose module ids are unknown or that were compiled after that trace.
+    executions: int | None = None
+    executions_per_second: float | None = None  # executions / executions_window_seconds
+    executions_window_seconds: float | None = None  # how long that trace recorded
+    executions_counted_at: float | None = None  # wall clock when that trace ended
 
 
 @dataclass(frozen=True)

@@ -95,10 +95,13 @@ class CommandRunner:
                 jax.profiler.start_trace(str(log_dir), profiler_options=options)
         except RuntimeError as exc:  # the job is already tracing itself
             return _result(command, False, f"busy: {exc}", "busy")
+        # The daemon turns executions counted in the trace into rates over this interval.
+        recording_since = time.perf_counter()
         try:
             self._stop.wait(request.duration_ms / 1000.0)
             self._wait_for_a_new_second()
         finally:
+            traced_seconds = time.perf_counter() - recording_since
             error = _stop_trace()
             self._last_export_second = int(time.time())
         new_sessions = trace_sessions(log_dir) - before
@@ -109,7 +112,9 @@ class CommandRunner:
         written = sorted(str(p) for s in new_sessions for p in s.glob("*.xplane.pb"))
         for session in new_sessions:
             _write_quietly(session / ANNOTATION_NAME, request.annotation_json)
-        return _result(command, True, f"traced {request.duration_ms} ms", paths=written)
+        result = _result(command, True, f"traced {request.duration_ms} ms", paths=written)
+        result.traced_seconds = traced_seconds
+        return result
 
     def _wait_for_a_new_second(self) -> None:
         # Trace directories are named by the second they are written in; a capture finishing in

@@ -39,6 +39,7 @@ CACHE_MISSES = "/jax/compilation_cache/cache_misses"
 
 MAX_PENDING_EVENTS = 1024
 MAX_PROGRAMS = 4096
+MAX_PROGRAM_IDS = 16  # module ids kept per program (the newest): recompiles add ids
 
 
 class CompileRecorder:
@@ -113,12 +114,16 @@ class CompileRecorder:
         with self._lock:
             self.generation += 1
             existing = self._programs.get(record.fingerprint)
+            ids: tuple[int, ...] = ()
             if existing is not None:
                 in_step = in_step or existing.in_step
+                ids = existing.program_ids  # this executable's ids follow from the agent thread
             elif len(self._programs) >= MAX_PROGRAMS:
                 self.events_dropped += 1
                 return
-            self._programs[record.fingerprint] = dataclasses.replace(record, in_step=in_step)
+            self._programs[record.fingerprint] = dataclasses.replace(
+                record, in_step=in_step, program_ids=ids
+            )
             self._mark_unsent(record.fingerprint)
         self._local.last_program = record.fingerprint
         listener = self.executable_listener
@@ -127,6 +132,22 @@ class CompileRecorder:
                 listener(record.fingerprint, executable)
             except Exception:  # noqa: BLE001 - never break the user's compile
                 pass
+
+    # -- module ids (agent thread, see HloStore) ---------------------------------------------
+    def add_program_ids(self, fingerprint: str, ids: tuple[int, ...]) -> None:
+        """Record the HLO module ids of one of the program's executables; a change is sent."""
+        with self._lock:
+            program = self._programs.get(fingerprint)
+            if program is None:
+                return
+            known = program.program_ids
+            merged = known + tuple(i for i in dict.fromkeys(ids) if i not in known)
+            if merged == known:
+                return
+            self._programs[fingerprint] = dataclasses.replace(
+                program, program_ids=merged[-MAX_PROGRAM_IDS:]
+            )
+            self._mark_unsent(fingerprint)
 
     def _mark_unsent(self, fingerprint: str) -> None:
         if fingerprint not in self._unsent:

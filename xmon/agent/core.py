@@ -58,6 +58,7 @@ class Agent:
         self._annotations = StepAnnotationHook(self.steps) if step_annotations else None
         self.hlo = HloStore()
         self.compiles.executable_listener = self.hlo.offer
+        self.hlo.ids_listener = self.compiles.add_program_ids
         self._commands = CommandRunner(self._send_result, self.hlo)
         self.transport = Transport(
             paths.grpc_target(self.socket_path), self._hello, self._commands.submit
@@ -261,6 +262,7 @@ def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:
         compiled_at=record.compiled_at or 0.0,
         cache_hit=record.cache_hit,
         in_step=record.in_step,
+        program_ids=record.program_ids,
     )
     _copy_known(record, proto, _PROGRAM_OPTIONAL)
     return proto

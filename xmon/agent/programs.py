@@ -97,6 +97,7 @@ def describe_executable(computation: Any, executable: Any) -> Program:
     """
     name = module_name(computation)
     costs = normalise_cost_analysis(executable.cost_analysis())
+    memory: dict[str, Any]  # keyword arguments of Program (mypy cannot match str keys)
     try:
         memory = _memory_fields(executable.get_compiled_memory_stats())
     except Exception:  # noqa: BLE001 - backends without memory analysis

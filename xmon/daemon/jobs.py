@@ -35,6 +35,7 @@ STEP_WINDOW = 256  # step durations kept for percentiles
 THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
 RECENT_COMPILES = 32
 MAX_PROGRAMS_PER_JOB = 4096
+MAX_PROGRAM_IDS = 64  # module ids kept per program (agents send at most 16)
 MAX_LABEL_CHARS = 128
 
 _MEMORY_KEYS = (
@@ -134,6 +135,7 @@ def program_from_proto(p: xmon_pb2.ProgramInfo) -> Program:
         compiled_at=p.compiled_at or None,
         cache_hit=p.cache_hit,
         in_step=p.in_step,
+        program_ids=tuple(p.program_ids[-MAX_PROGRAM_IDS:]),
         **optional,
     )
 
