@@ -22,6 +22,9 @@ class ProfilingConfig:
     capture_min_seconds: float = 0.05
     capture_max_seconds: float = 300.0
     capture_min_free_bytes: int = 64 * MIB  # refuse a capture when the logdir has less free
+    # Program executions are counted in trace files up to this size (the daemon parses them);
+    # 0 = do not count.
+    trace_count_max_bytes: int = 256 * MIB
     # TensorBoard scalars: one run per job under the logdir.
     tensorboard: bool = True
     tensorboard_interval_seconds: float = 10.0  # 0 = every snapshot
@@ -43,6 +46,7 @@ _RANGES: dict[str, tuple[float, float, bool]] = {
     "capture_min_seconds": (0.001, 600.0, False),
     "capture_max_seconds": (0.001, 600.0, False),
     "capture_min_free_bytes": (0, 2**62, True),
+    "trace_count_max_bytes": (0, 2**62, True),
     "tensorboard_interval_seconds": (0.0, 86400.0, False),
     "tensorboard_flush_seconds": (0.1, 3600.0, False),
     "retention_max_bytes": (0, 2**62, True),

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +34,7 @@ from xmon.daemon.capture_targets import (
     check_logdir,
     find_job,
 )
+from xmon.daemon.executions import ExecutionTracker
 from xmon.daemon.links import AgentGone, LinkBusy
 from xmon.exporters import tb_logdir
 from xmon.model import CaptureCount, Job
@@ -98,7 +99,8 @@ class Profiler:
         self._wall = wall
         self._running: dict[int, _Running] = {}
         self._counts: dict[tuple[int, str, str], CaptureCount] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
+        self.executions = ExecutionTracker(config.trace_count_max_bytes, wall)
 
     def busy_pids(self) -> set[int]:
         return set(self._running)
@@ -133,6 +135,10 @@ class Profiler:
             self._running.pop(target.pid, None)
         paths = tuple(result.paths)
         self._count(target, spec, paths, None)
+        if not spec.memory and self.config.trace_count_max_bytes > 0:
+            # Not awaited: the answer does not wait for the daemon to read the trace.
+            window = result.traced_seconds or spec.duration_seconds
+            self._background(self.executions.count(target.pid, paths, run, window))
         return CaptureOutcome(
             target.job_name, target.pid, spec.kind, log_dir, run, paths, result.message,
             self._clock() - started,
@@ -219,14 +225,16 @@ class Profiler:
 
     # -- snapshot side -----------------------------------------------------------------------
     def annotate(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
-        """Jobs with their capture counts; counts of jobs that are gone are dropped."""
+        """Jobs with their capture counts and the executions counted in their latest trace;
+        what belongs to jobs that are gone is dropped."""
         live = {job.pid for job in jobs}
         for key in [k for k in self._counts if k[0] not in live]:
             del self._counts[key]
-        return tuple(
+        counted = tuple(
             dataclasses.replace(job, captures=self.counts_for(job.pid)) if self._has(job) else job
             for job in jobs
         )
+        return self.executions.annotate(counted)
 
     def _has(self, job: Job) -> bool:
         return any(key[0] == job.pid for key in self._counts)
@@ -236,7 +244,10 @@ class Profiler:
 
     def start_triggered(self, spec: CaptureSpec) -> None:
         """Run a capture in the background (from the tick), logging how it went."""
-        task = asyncio.get_running_loop().create_task(self._triggered(spec))
+        self._background(self._triggered(spec))
+
+    def _background(self, work: Coroutine[object, object, object]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
