@@ -192,7 +192,7 @@ BAD = [
      "collectors, host, listen_host, listen_port, log_level, logdir, max_agents, "
      "max_message_bytes, peaks, "
      "period_seconds, procfs_root, profiling, program_series_limit, socket_path, sysfs_root, "
-     "tpu_metrics_addresses"),
+     "tpu_full_poll_seconds, tpu_metrics_addresses"),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},
      'config {path}: collectors.host must be true or false, got "yes"'),
     ("file-collectors-not-table", "collectors = 1", {}, {},

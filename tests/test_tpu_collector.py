@@ -11,7 +11,7 @@ import pytest
 
 from xmon.collectors import CollectorRunner
 from xmon.collectors.base import CollectContext, CollectorOutput
-from xmon.collectors.tpu import TpuCollector, from_config
+from xmon.collectors.tpu import LIVE_METRICS, TpuCollector, from_config
 from xmon.config import DaemonConfig
 from xmon.model import DaemonStats, Snapshot, snapshot_from_dict, snapshot_to_dict
 
@@ -19,9 +19,11 @@ from fakes.libtpu_server import (
     HBM_UTIL,
     HLO_TIMING,
     MEGASCALE,
+    MIB,
     QUEUE,
     SERVED,
     Fakes,
+    Scenario,
     scenario,
 )
 from fakes.tpu_host import FIXTURES, HOSTS, Proc, write_host
@@ -66,13 +68,69 @@ def test_v5e_host_with_a_job(fakes: Fakes) -> None:
     )
 
 
-def test_one_rpc_per_listed_metric_per_tick(fakes: Fakes) -> None:
+def test_one_rpc_per_listed_metric_on_a_full_poll(fakes: Fakes) -> None:
     fake = fakes(scenario("v5e", 4, unlisted=frozenset({HBM_UTIL})))
     collector, out = collect(V5E, fake.address)
     assert fake.calls == {"ListSupportedMetrics": 1, "GetRuntimeMetric": len(SERVED) - 1}
     assert all(d.hardware.memory_bandwidth_utilization_ratio is None for d in out.devices)
+    collector.close()
+
+
+def _more_hbm_in_use(s: Scenario) -> Scenario:
+    return replace(s, devices=tuple(replace(d, hbm_used=d.hbm_used + MIB) for d in s.devices))
+
+
+def test_live_gauges_every_tick_the_rest_every_full_poll(fakes: Fakes) -> None:
+    fake = fakes(scenario("v6e", 8, multislice=True))
+    now = [1000.0]
+    collector, first = collect(V5E, fake.address, full_poll_interval=10.0, clock=lambda: now[0])
+    fake.metric_calls.clear()
+    fake.scenario = _more_hbm_in_use(fake.scenario)
+    now[0] += 1.0
+    second = collector.collect(CollectContext())
+    assert fake.calls["ListSupportedMetrics"] == 1
+    assert set(fake.metric_calls) == LIVE_METRICS and max(fake.metric_calls.values()) == 1
+    in_use = [d.hardware.memory_used_bytes for d in second.devices]
+    assert in_use == [load.hbm_used for load in fake.scenario.devices]  # fresh
+    for before, after in zip(first.devices, second.devices, strict=True):
+        assert after.hardware.memory_total_bytes == before.hardware.memory_total_bytes  # kept
+        assert after.hardware.duty_cycle_ratio == before.hardware.duty_cycle_ratio
+    (kept,), (full,) = second.runtime_services, first.runtime_services
+    assert kept.up and kept.supported == full.supported
+    assert [(m.name, m.device, m.attributes) for m in kept.metrics] == [
+        (m.name, m.device, m.attributes) for m in full.metrics
+    ]  # the same series in the same order, kept from the full poll
+    now[0] += 9.0
     collector.collect(CollectContext())
     assert fake.calls["ListSupportedMetrics"] == 2
+    assert fake.metric_calls[HLO_TIMING] == 1
+    collector.close()
+
+
+def test_a_service_down_between_full_polls_is_listed_again(fakes: Fakes) -> None:
+    fake = fakes(scenario("v5e", 4))
+    now = [1000.0]
+    collector, _ = collect(V5E, fake.address, clock=lambda: now[0])
+    fake.scenario = replace(fake.scenario, down=True)
+    now[0] += 1.0
+    down = collector.collect(CollectContext())
+    assert not down.runtime_services[0].up
+    assert down.runtime_services[0].error.startswith("unavailable")  # type: ignore[union-attr]
+    assert all(d.hardware.memory_used_bytes is None for d in down.devices)
+    fake.scenario = replace(fake.scenario, down=False, unlisted=frozenset({HBM_UTIL}))
+    now[0] += 1.0
+    back = collector.collect(CollectContext())
+    assert back.runtime_services[0].up and HBM_UTIL not in back.runtime_services[0].supported
+    assert fake.calls["ListSupportedMetrics"] == 2  # the first poll and the relisting
+    collector.close()
+
+
+def test_full_poll_interval_zero_lists_every_tick(fakes: Fakes) -> None:
+    fake = fakes(scenario("v5e", 4))
+    collector, _ = collect(V5E, fake.address, full_poll_interval=0.0)
+    collector.collect(CollectContext())
+    assert fake.calls["ListSupportedMetrics"] == 2
+    assert fake.metric_calls[HLO_TIMING] == 2
     collector.close()
 
 
@@ -227,8 +285,10 @@ def test_holders_are_rescanned_at_most_every_interval(fakes: Fakes, tmp_path: Pa
 def test_runner_builds_it_from_the_daemon_config(fakes: Fakes) -> None:
     fake = fakes(scenario("v5e", 4))
     config = DaemonConfig(sysfs_root=V5E / "sys", procfs_root=V5E / "proc",
-                          tpu_metrics_addresses=(fake.address,), period_seconds=0.5)  # fmt: skip
-    assert from_config(config).addresses == (fake.address,)
+                          tpu_metrics_addresses=(fake.address,), period_seconds=0.5,
+                          tpu_full_poll_seconds=30.0)  # fmt: skip
+    built = from_config(config)
+    assert built.addresses == (fake.address,) and built.full_poll_interval == 30.0
     runner = CollectorRunner(["tpu"], timeout=2.0, config=config)
     try:
         output, (health,) = runner.run(CollectContext())

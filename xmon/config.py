@@ -51,6 +51,9 @@ class DaemonConfig:
     max_agents: int = 1024  # agent streams at once; more are refused (bounds the job series)
     # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
     tpu_metrics_addresses: tuple[str, ...] = ()
+    # Seconds between full polls of a libtpu service (listing, HBM capacity, latency
+    # distributions, counters); its live gauges are fetched every period. 0: all every period.
+    tpu_full_poll_seconds: float = 10.0
     sysfs_root: Path = Path("/sys")  # like node_exporter's --path.sysfs (host /sys elsewhere)
     procfs_root: Path = Path("/proc")
     # [profiling]: captures, triggered captures, TensorBoard export (xmon.profiling_config)
@@ -251,6 +254,7 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "host": _host,
     "peaks": _peaks,
     "tpu_metrics_addresses": _addresses,
+    "tpu_full_poll_seconds": _number_in(0, 3600),
     "sysfs_root": _path,
     "procfs_root": _path,
     "profiling": _profiling,

@@ -238,6 +238,7 @@ class _Service(pb_grpc.RuntimeMetricServiceServicer):
     def GetRuntimeMetric(self, request: Any, context: grpc.ServicerContext) -> Any:
         s = self._enter("GetRuntimeMetric", context)
         name = request.metric_name
+        self.owner.count_metric(name)
         if name in s.unavailable:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"{name} is not available now")
         data = points(name, s) if name not in s.unlisted else None
@@ -266,6 +267,7 @@ class FakeLibtpu:
     def __init__(self, scenario: Scenario, address: str = "localhost:0") -> None:
         self.scenario = scenario
         self.calls: Counter[str] = Counter()
+        self.metric_calls: Counter[str] = Counter()  # GetRuntimeMetric by metric name
         self._lock = threading.Lock()
         self._requested = address
         self._server: grpc.Server | None = None
@@ -274,6 +276,10 @@ class FakeLibtpu:
     def count(self, rpc: str) -> None:
         with self._lock:
             self.calls[rpc] += 1
+
+    def count_metric(self, name: str) -> None:
+        with self._lock:
+            self.metric_calls[name] += 1
 
     def start(self) -> FakeLibtpu:
         # No SO_REUSEPORT: a fixed port that is taken must fail, not be shared.

@@ -4,13 +4,15 @@ The same service and proto tpu-info reads; the stubs are tpu-info's own (``tpu_i
 generated from libtpu's .proto files), so there is one definition of the wire format. libtpu
 serves it with gRPC *local* credentials, so the channel uses them too (TCP on loopback, or a
 unix socket). One channel per address lives as long as the collector; every metric the
-service lists is fetched concurrently each poll, all under one deadline.
+service lists is fetched concurrently each poll, all under one deadline. Each unary RPC costs
+the daemon about a quarter of a millisecond of CPU, so the collector decides how often to list
+and which metrics to fetch (see ``TpuCollector``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,9 @@ _CHANNEL_OPTIONS = (
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 )
+
+
+_SEQUENTIAL_UP_TO = 6  # metrics fetched one by one; more are fetched concurrently
 
 
 class ServiceUnavailable(Exception):
@@ -82,25 +87,50 @@ class RuntimeMetricsClient:
         names = (m.metric_name for m in answer.supported_metric if m.metric_name)
         return tuple(dict.fromkeys(names))
 
-    def poll(self, deadline: float, only: frozenset[str] | None = None) -> Poll:
-        """List the metrics, then fetch each (or those in ``only``) concurrently.
+    def poll(
+        self,
+        deadline: float,
+        only: frozenset[str] | None = None,
+        supported: tuple[str, ...] | None = None,
+    ) -> Poll:
+        """Fetch each listed metric (or those in ``only``) concurrently.
 
-        Raises :class:`ServiceUnavailable` when the listing fails; a metric that fails on its
-        own (NOT_FOUND for megascale metrics of a single-slice job) lands in ``errors``.
+        Lists the metrics first unless ``supported`` (a listing kept from an earlier poll) is
+        given. Raises :class:`ServiceUnavailable` when the listing fails, or when nothing was
+        fetched and the service did not answer at all; a metric that fails on its own
+        (NOT_FOUND for megascale metrics of a single-slice job) lands in ``errors``.
         """
-        supported = self.list_supported(deadline)
+        if supported is None:
+            supported = self.list_supported(deadline)
         wanted = [n for n in supported if only is None or n in only]
-        timeout = self._left(deadline)
-        futures = {
-            name: self._stub.GetRuntimeMetric.future(
-                pb.MetricRequest(metric_name=name), timeout=timeout
-            )
-            for name in wanted
-        }
         result = Poll(supported)
-        for name, future in futures.items():
+        unreachable: str | None = None
+        for name, answer in self._fetch(wanted, deadline):
             try:
-                result.metrics[name] = future.result().metric
+                result.metrics[name] = answer().metric
             except grpc.RpcError as exc:
                 result.errors[name] = describe(exc)
+                if isinstance(exc, grpc.Call) and exc.code() != grpc.StatusCode.NOT_FOUND:
+                    unreachable = unreachable or result.errors[name]
+        if unreachable is not None and not result.metrics:
+            raise ServiceUnavailable(unreachable)
         return result
+
+    def _fetch(self, names: list[str], deadline: float) -> Iterator[tuple[str, Callable[[], Any]]]:
+        """(name, a call that returns the answer or raises) per metric, all by ``deadline``.
+
+        gRPC's sync API starts a thread for every batch of futures, which costs more than the
+        calls themselves for a handful of metrics: those go one after another instead.
+        """
+        fetch = self._stub.GetRuntimeMetric
+        if len(names) <= _SEQUENTIAL_UP_TO:
+            for name in names:
+                request = pb.MetricRequest(metric_name=name)
+                yield name, lambda r=request: fetch(r, timeout=self._left(deadline))
+            return
+        timeout = self._left(deadline)
+        futures = [
+            (n, fetch.future(pb.MetricRequest(metric_name=n), timeout=timeout)) for n in names
+        ]
+        for name, future in futures:
+            yield name, future.result

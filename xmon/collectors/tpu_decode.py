@@ -182,12 +182,12 @@ def decode_point(name: str, point: Any) -> RuntimeMetric | None:
     """One ``Metric`` data point; None for an empty one. ``device`` is the runtime's id."""
     device, attributes = split_attribute(point.attribute)
     kind = point.WhichOneof("measure")
-    base = RuntimeMetric(name=name, kind=kind or "", device=device, attributes=attributes)
-    if kind in ("gauge", "counter"):
+    if kind in ("gauge", "counter"):  # most points: built directly, no intermediate copy
         value, text = _number(getattr(point, kind))
         if text is not None:  # a string gauge: keep the text as a label, value 1 like *_info
             return RuntimeMetric(name, kind, "", device, (*attributes, ("value", text)), 1.0)
-        return None if value is None else replace(base, value=value)
+        return None if value is None else RuntimeMetric(name, kind, "", device, attributes, value)
+    base = RuntimeMetric(name=name, kind=kind or "", device=device, attributes=attributes)
     if kind == "distribution":
         scale = time_scale(name)
         unit = "seconds" if scale is not None else ""
