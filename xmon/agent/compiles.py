@@ -179,9 +179,11 @@ class CompileRecorder:
         with self._lock:
             return [self._programs[f] for f in self._unsent if f in self._programs]
 
-    def mark_sent(self, fingerprints: list[str]) -> None:
+    def mark_sent(self, programs: list[Program]) -> None:
+        """Delivered: a program changed since it was taken for the report (its module ids came
+        in meanwhile) stays unsent, so the change goes out with the next report."""
         with self._lock:
-            sent = set(fingerprints)
+            sent = {p.fingerprint for p in programs if self._programs.get(p.fingerprint) is p}
             self._unsent = [f for f in self._unsent if f not in sent]
 
     def resend_all(self) -> None:

@@ -102,8 +102,8 @@ class Agent:
         try:
             self._refresh_devices()
             if self.transport.connected:
-                message, fingerprints = self.build_report()
-                self.transport.offer(Outgoing(message, self._on_sent(message, fingerprints)))
+                message, programs = self.build_report()
+                self.transport.offer(Outgoing(message, self._on_sent(message, programs)))
             else:  # nobody to send to: count the report without paying to build it
                 self.transport.counters.add("reports_dropped")
             self.hlo.drain()  # render new programs' HLO text off the user's threads
@@ -112,12 +112,12 @@ class Agent:
         self.overhead_seconds += time.perf_counter() - started
 
     def _on_sent(
-        self, message: xmon_pb2.AgentMessage, fingerprints: list[str]
+        self, message: xmon_pb2.AgentMessage, programs: list[Program]
     ) -> Callable[[], None]:
         announces_devices = bool(message.report.devices)
 
         def on_sent() -> None:
-            self.compiles.mark_sent(fingerprints)
+            self.compiles.mark_sent(programs)
             if announces_devices:
                 self._devices_announced = True
 
@@ -156,7 +156,7 @@ class Agent:
     def _platform(self) -> str:
         return self._devices[0].platform if self._devices else ""
 
-    def build_report(self) -> tuple[xmon_pb2.AgentMessage, list[str]]:
+    def build_report(self) -> tuple[xmon_pb2.AgentMessage, list[Program]]:
         self._seq += 1
         programs = self.compiles.unsent_programs()
         stats = self.compiles.stats()
@@ -175,7 +175,7 @@ class Agent:
             devices=[] if self._devices_announced else self._device_infos,
             platform=self._platform(),
         )
-        return xmon_pb2.AgentMessage(report=report), [p.fingerprint for p in programs]
+        return xmon_pb2.AgentMessage(report=report), programs
 
     def _memory_samples(self) -> list[xmon_pb2.DeviceMemorySample]:
         if not self._devices:
