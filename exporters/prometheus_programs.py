@@ -34,6 +34,7 @@ PROGRAM_VALUES: tuple[tuple[str, Callable[[Program], Number | None], Fold], ...]
     ("xmon_job_program_generated_code_bytes", lambda p: p.generated_code_bytes, _fold_sum),
     ("xmon_job_program_peak_memory_bytes", lambda p: p.peak_memory_bytes, _fold_max),
     ("xmon_job_program_compile_seconds", lambda p: p.compile_seconds, _fold_sum),
+    ("xmon_job_program_executions_per_second", lambda p: p.executions_per_second, _fold_sum),
 )
 
 

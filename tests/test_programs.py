@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from xmon.catalogue import rows, select_jobs, sort_rows
-from xmon.cli.programs import render_table
+from xmon.cli.programs import executions_note, render_table
 from xmon.model import (
     DaemonStats,
     DeviceInfo,
@@ -83,10 +84,27 @@ def test_table_has_a_row_per_program_and_dashes_for_unknown() -> None:
     table = render_table(sort_rows(rows([job()], PeakTable()), "flops")).splitlines()
     assert table[0].split() == ["JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES",
                                 "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE",
-                                "COMPILE", "EXEC"]  # fmt: skip
+                                "COMPILE", "EXEC", "EXEC/S"]  # fmt: skip
     assert table[1].split()[:9] == ["train", "1", "aaaa1111", "jit_matmul", "1T", "954MiB", "1k",
                                     "560", "compute"]  # fmt: skip
     assert table[3].split()[3:6] == ["jit_custom", "-", "-"]
+
+
+def test_executions_sort_by_rate_and_fill_the_exec_columns() -> None:
+    traced = dict(executions_window_seconds=2.0, executions_counted_at=100.0)
+    matmul, add, custom = job().programs
+    counted = replace(job(), programs=(
+        replace(matmul, executions=3, executions_per_second=1.5, **traced),
+        replace(add, executions=40, executions_per_second=20.0, **traced),
+        custom,  # module ids unknown: not counted
+    ))  # fmt: skip
+    ordered = sort_rows(rows([counted]), "executions")
+    assert [r.name for r in ordered] == ["jit_add", "jit_matmul", "jit_custom"]
+    assert (ordered[0].executions, ordered[0].executions_window_seconds) == (40, 2.0)
+    table = render_table(ordered).splitlines()
+    assert table[1].split()[-2:] == ["40", "20"] and table[3].split()[-2:] == ["-", "-"]
+    assert "latest trace capture" in executions_note(ordered)
+    assert "run `xmon capture`" in executions_note(rows([job()]))
 
 
 # --- end to end ---------------------------------------------------------------------------

@@ -72,6 +72,8 @@ def program(i: int, **kw: object) -> Program:
         fingerprint=f"fp{i:03d}", name=f"jit_f{i}", flops=float(i), transcendentals=2.0,
         bytes_accessed=10.0, argument_bytes=1, output_bytes=2, temp_bytes=3,
         generated_code_bytes=4, peak_memory_bytes=100 + i, compile_seconds=0.5,
+        program_ids=(i,), executions=10 * i, executions_per_second=5.0 * i,
+        executions_window_seconds=2.0, executions_counted_at=1_700_000_150.0,
     )  # fmt: skip
     values.update(kw)
     return Program(**values)  # type: ignore[arg-type]
@@ -298,6 +300,8 @@ def test_programs_past_the_limit_are_folded() -> None:
     assert len(flops) == 51  # 50 heaviest + _other
     assert set(flops) - {OTHER_PROGRAM} == {f"jit_f{i}" for i in range(10, 60)}
     assert flops[OTHER_PROGRAM] == sum(range(10))  # the 10 lightest, summed
+    rates = program_series(s, "xmon_job_program_executions_per_second", TRAIN)
+    assert rates["jit_f59"] == 295.0 and rates[OTHER_PROGRAM] == sum(5.0 * i for i in range(10))
     assert program_series(s, "xmon_job_program_temp_bytes", TRAIN)[OTHER_PROGRAM] == 30
     assert program_series(s, "xmon_job_program_peak_memory_bytes", TRAIN)[OTHER_PROGRAM] == 109
     assert s[key("xmon_job_program_flops", **TRAIN, program="jit_f59", fingerprint="fp059")] == 59

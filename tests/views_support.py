@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from xmon.model import (
     CompileEvent,
@@ -27,6 +28,14 @@ from xmon.model import (
 from procs import Proc, base_env, spawn
 
 GiB = 2**30
+
+
+def _executions(i: int, started_at: float) -> dict[str, Any]:
+    """Every other program was counted in a trace; the rest ran before any was taken."""
+    if i % 2:
+        return {}
+    return dict(executions=10 * (i + 1), executions_per_second=5.0 * (i + 1),
+                executions_window_seconds=2.0, executions_counted_at=started_at + 100)  # fmt: skip
 
 
 def job(
@@ -62,7 +71,7 @@ def job(
             Program(f"{name}-fp{i}", f"jit_{name}_{i}", flops=1e9 * (i + 1), bytes_accessed=1e6,
                     argument_bytes=1000, output_bytes=2000, temp_bytes=3000 * (i + 1),
                     peak_memory_bytes=10_000 * (i + 1), compile_seconds=0.1, num_devices=devices,
-                    compiled_at=started_at + i)
+                    compiled_at=started_at + i, program_ids=(i,), **_executions(i, started_at))
             for i in range(programs)
         ),
         steps=StepStats(

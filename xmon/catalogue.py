@@ -2,8 +2,8 @@
 arithmetic intensity against the device's ridge point, memory footprint and compile time.
 
 Pure functions of a snapshot (``xmon programs`` and any other view can use them). Cost numbers
-are XLA's, per device, for one execution. ``executions`` is ``None``: the agent does not count
-executions of a program (that would need a hook on every dispatch).
+are XLA's, per device, for one execution. ``executions`` are those counted in the job's most
+recent trace capture (``Program.executions``), ``None`` before the first one.
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ class ProgramRow:
     generated_code_bytes: int | None
     peak_memory_bytes: int | None
     compile_seconds: float | None
-    executions: int | None
+    executions: int | None  # in the job's most recent trace capture
+    executions_per_second: float | None  # executions / executions_window_seconds
+    executions_window_seconds: float | None  # how long that trace recorded
+    executions_counted_at: float | None  # wall clock when that trace ended
     cache_hit: bool
     compiled_at: float | None
 
@@ -65,7 +68,10 @@ def _row(job: Job, program: Program, ridge: float | None) -> ProgramRow:
         argument_bytes=program.argument_bytes, output_bytes=program.output_bytes,
         temp_bytes=program.temp_bytes, generated_code_bytes=program.generated_code_bytes,
         peak_memory_bytes=program.peak_memory_bytes, compile_seconds=program.compile_seconds,
-        executions=None, cache_hit=program.cache_hit, compiled_at=program.compiled_at,
+        executions=program.executions, executions_per_second=program.executions_per_second,
+        executions_window_seconds=program.executions_window_seconds,
+        executions_counted_at=program.executions_counted_at, cache_hit=program.cache_hit,
+        compiled_at=program.compiled_at,
     )  # fmt: skip
 
 
@@ -96,7 +102,8 @@ _SORT: dict[str, Callable[[ProgramRow], float | None]] = {
     "flops": lambda r: r.flops,
     "bytes": lambda r: r.bytes_accessed,
     "time": lambda r: r.compile_seconds,
-    "executions": lambda r: r.executions,
+    # The rate, so that jobs whose traces recorded for different lengths compare fairly.
+    "executions": lambda r: r.executions_per_second,
 }
 
 

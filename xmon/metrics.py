@@ -125,6 +125,9 @@ _JOB_METRICS = (
        PROGRAM, "bytes", _PROG + "peak_memory_bytes"),
     _g("xmon_job_program_compile_seconds", "Seconds the program took to compile." + _FOLD,
        PROGRAM, "seconds", _PROG + "compile_seconds"),
+    _g("xmon_job_program_executions_per_second", "Executions per second counted in the job's "
+       "most recent trace capture (xmon capture or a triggered one); absent before the first."
+       + _FOLD, PROGRAM, "", _PROG + "executions_per_second"),
 )
 
 _STEP_METRICS = (

@@ -57,7 +57,8 @@ _PROGRAM_FIELDS = (
     "fingerprint", "name", "fun_name", "num_devices", "flops", "flops_xla", "custom_call_flops",
     "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes",
     "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "compile_seconds", "compiled_at",
-    "cache_hit", "in_step",
+    "cache_hit", "in_step", "program_ids", "executions", "executions_per_second",
+    "executions_window_seconds", "executions_counted_at",
 )  # fmt: skip
 
 

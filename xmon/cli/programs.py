@@ -12,7 +12,7 @@ from pathlib import Path
 from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
 
 COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES", "FLOP/B", "RIDGE", "BOUND",
-           "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC")  # fmt: skip
+           "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S")  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--pid", type=int, help="only the job with this process id")
     parser.add_argument(
         "--sort", choices=SORT_KEYS, default="flops",
-        help="largest first: FLOPs, bytes accessed, compile time, or executions (default flops)",
+        help="largest first: FLOPs, bytes accessed, compile time, or executions per second in "
+        "the job's latest trace capture (default flops)",
     )  # fmt: skip
     parser.add_argument("--limit", type=int, default=0, help="show at most N programs")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -59,7 +60,15 @@ def main(args: argparse.Namespace) -> int:
         print("no compiled programs yet" if jobs else "no job is attached to the daemon")
     else:
         print(render_table(selected))
+        print(executions_note(selected))
     return 0
+
+
+def executions_note(items: list[ProgramRow]) -> str:
+    """Says where EXEC comes from, or how to get it."""
+    if all(r.executions_window_seconds is None for r in items):
+        return "EXEC: run `xmon capture` to count executions in a trace"
+    return "EXEC: executions in the job's latest trace capture (EXEC/S over its length)"
 
 
 def _fail(message: str) -> int:
@@ -91,7 +100,7 @@ def _cells(r: ProgramRow) -> tuple[str, ...]:
         si(r.arithmetic_intensity), si(r.ridge_point), r.bound or "-", binary(r.argument_bytes),
         binary(r.output_bytes), binary(r.temp_bytes), binary(r.generated_code_bytes),
         "-" if r.compile_seconds is None else f"{r.compile_seconds:.3f}s",
-        "-" if r.executions is None else str(r.executions),
+        "-" if r.executions is None else str(r.executions), si(r.executions_per_second),
     )  # fmt: skip
 
 

@@ -148,6 +148,9 @@ PROGRAM_COLUMNS = (
            _p(lambda p: p.peak_memory_bytes)),
     Column("COMPILE", lambda i: fmt.seconds(i.program.compile_seconds),
            _p(lambda p: p.compile_seconds)),
+    # executions per second in the job's latest trace capture (n/a until one was taken)
+    Column("EXEC/S", lambda i: fmt.rate(i.program.executions_per_second),
+           _p(lambda p: p.executions_per_second)),
     Column("CACHE", lambda i: "hit" if i.program.cache_hit else "", numeric=False),
     Column("AGE", lambda i: _age(i.program.compiled_at), _p(lambda p: p.compiled_at)),
 )  # fmt: skip
