@@ -23,7 +23,7 @@ from xmon.model import (
 from xmon.profiling_config import ProfilingConfig
 
 from procs import wait_for
-from profiling_procs import profiling_daemon, run_stepping_job
+from profiling_procs import profiling_daemon, run_stepping_job, xmon_cli
 
 
 class Clock:
@@ -164,6 +164,14 @@ def test_injected_slow_step_triggers_a_trace_and_a_steady_job_does_not(tmp_path:
         assert 'job_name="steady",kind="trace"' not in text, "the steady job was never traced"
         assert not (tb / f"steady-{steady_job.pid}" / "plugins").exists()
         assert "trigger step_time fired for job 'slow'" in daemon.log()
+
+        def counted() -> list[dict[str, object]]:
+            listed = json.loads(xmon_cli(daemon, "programs", "--job", "slow", "--json").stdout)
+            return [p for p in listed
+                    if p["name"] == "jit_train_step" and p["executions"] is not None]  # fmt: skip
+
+        [step] = wait_for(counted, 30, "executions counted in the triggered trace")
+        assert step["executions"] > 0 and 0.5 <= step["executions_window_seconds"] < 2.0, step
     finally:
         for j in jobs:
             assert "RESULT" in j.stop()
