@@ -7,11 +7,12 @@ numbers (step percentiles, MFU, bandwidth utilisation, fragmentation) with xmon.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from xmon import derived
 from xmon.model import (
@@ -27,7 +28,7 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
-from xmon.peaks import PeakTable
+from xmon.peaks import Peak, PeakTable
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names
 
@@ -67,6 +68,7 @@ class JobState:
     )
     steps_changed_monotonic: float = 0.0
     platform: str = ""
+    _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Agents announce their devices once per stream (in the hello, or in the first report
@@ -79,9 +81,32 @@ class JobState:
     def pid(self) -> int:
         return int(self.hello.pid)
 
-    @property
+    @functools.cached_property
     def job_name(self) -> str:
         return clean_label(self.hello.job_name)
+
+    @functools.cached_property
+    def identity(self) -> dict[str, Any]:
+        """The Job fields the hello fixes for the stream's life, cleaned once."""
+        hello = self.hello
+        return {
+            "job_name": self.job_name,
+            "pid": self.pid,
+            "hostname": clean_label(hello.hostname),
+            "jax_version": clean_label(hello.jax_version),
+            "jaxlib_version": clean_label(hello.jaxlib_version),
+            "process_index": hello.process_index,
+            "process_count": max(1, hello.process_count),
+            "argv": tuple(clean_label(a) for a in hello.argv[:32]),
+            "started_at": hello.started_at,
+        }
+
+    def sorted_programs(self) -> tuple[Program, ...]:
+        """Programs in compile order; re-sorted only after a report changed them."""
+        if self._programs_sorted is None:
+            ordered = sorted(self.programs.values(), key=lambda p: p.compiled_at or 0.0)
+            self._programs_sorted = tuple(ordered)
+        return self._programs_sorted
 
     def apply(self, report: xmon_pb2.AgentReport, now_wall: float, now_monotonic: float) -> None:
         previous_steps = self.report.steps.steps_total if self.report is not None else 0
@@ -110,6 +135,7 @@ class JobState:
         for program in report.programs:
             if program.fingerprint in self.programs or len(self.programs) < MAX_PROGRAMS_PER_JOB:
                 self.programs[program.fingerprint] = program_from_proto(program)
+                self._programs_sorted = None
 
 
 def device_info_from_proto(info: xmon_pb2.DeviceInfo) -> DeviceInfo:
@@ -143,15 +169,15 @@ def program_from_proto(p: xmon_pb2.ProgramInfo) -> Program:
 def device_memory(sample: xmon_pb2.DeviceMemorySample) -> DeviceMemory:
     stats = dict(sample.stats)
     known = {key: stats.pop(key) for key in _MEMORY_KEYS if key in stats}
-    memory = DeviceMemory(
+    fragmentation = derived.fragmentation_ratio(
+        known.get("bytes_limit"), known.get("bytes_in_use"), known.get("largest_free_block_bytes")
+    )
+    return DeviceMemory(
         live_array_bytes=sample.live_array_bytes if sample.HasField("live_array_bytes") else None,
         extra=stats,
+        fragmentation_ratio=fragmentation,
         **known,
     )
-    fragmentation = derived.fragmentation_ratio(
-        memory.bytes_limit, memory.bytes_in_use, memory.largest_free_block_bytes
-    )
-    return dataclasses.replace(memory, fragmentation_ratio=fragmentation)
 
 
 class JobBuilder:
@@ -160,23 +186,21 @@ class JobBuilder:
     def __init__(self, peaks: PeakTable, clock: Callable[[], float] = time.monotonic) -> None:
         self._peaks = peaks
         self._clock = clock
+        self._peak_of_kind: dict[str, Peak | None] = {}  # the table is fixed for a builder
+
+    def _peak(self, device_kind: str) -> Peak | None:
+        if device_kind not in self._peak_of_kind:
+            self._peak_of_kind[device_kind] = self._peaks.lookup(device_kind)
+        return self._peak_of_kind[device_kind]
 
     def build(self, state: JobState, process: ProcessSample | None) -> Job:
         hello, report = state.hello, state.report
         devices = self._devices(state)
-        programs = tuple(sorted(state.programs.values(), key=lambda p: p.compiled_at or 0.0))
+        programs = state.sorted_programs()
         steps = self._steps(state, programs)
         return Job(
-            job_name=state.job_name,
-            pid=state.pid,
-            hostname=clean_label(hello.hostname),
+            **state.identity,
             platform=state.platform or hello.platform or "unknown",
-            jax_version=clean_label(hello.jax_version),
-            jaxlib_version=clean_label(hello.jaxlib_version),
-            process_index=hello.process_index,
-            process_count=max(1, hello.process_count),
-            argv=tuple(clean_label(a) for a in hello.argv[:32]),
-            started_at=hello.started_at,
             last_report_at=state.last_report_at,
             devices=devices,
             compile=_compile_stats(report, tuple(state.compile_events)),
@@ -231,12 +255,9 @@ class JobBuilder:
     def _utilization(
         self, steps: StepStats, devices: tuple[JobDevice, ...], programs: tuple[Program, ...]
     ) -> Utilization:
-        peak_flops = derived.sum_known(
-            _peak_field(self._peaks, d.info.device_kind, "flops_per_second") for d in devices
-        )
-        peak_bytes = derived.sum_known(
-            _peak_field(self._peaks, d.info.device_kind, "memory_bytes_per_second") for d in devices
-        )
+        peaks = [self._peak(d.info.device_kind) for d in devices]
+        peak_flops = derived.sum_known(p.flops_per_second if p else None for p in peaks)
+        peak_bytes = derived.sum_known(p.memory_bytes_per_second if p else None for p in peaks)
         if not devices:
             peak_flops = peak_bytes = None
         flops_rate = derived.achieved_rate(steps.flops_per_step, steps.steps_per_second)
@@ -250,11 +271,6 @@ class JobBuilder:
             memory_bandwidth_utilization_ratio=derived.utilization_ratio(bytes_rate, peak_bytes),
             flops_lower_bound=derived.flops_lower_bound(programs),
         )
-
-
-def _peak_field(peaks: PeakTable, device_kind: str, name: str) -> float | None:
-    peak = peaks.lookup(device_kind)
-    return None if peak is None else getattr(peak, name)
 
 
 def _compile_stats(

@@ -103,20 +103,18 @@ class TriggerEngine:
         new = total - history.steps_total
         history.steps_total = total
         fresh = window[-new:] if 0 < new <= len(window) else (window if new > 0 else ())
-        worst: tuple[float, float] | None = None  # (ratio, seconds)
         factor = self.rules.step_time_factor
-        for seconds in fresh:
-            if factor is not None and len(history.durations) >= self.rules.min_steps:
-                median = statistics.median(history.durations)
-                if median > 0 and seconds > factor * median:
-                    ratio = seconds / median
-                    if worst is None or ratio > worst[0]:
-                        worst = (ratio, seconds)
-            history.durations.append(seconds)
-        if worst is None:
+        # New steps are judged against the steps before them, one median per snapshot: a job
+        # reporting hundreds of steps a tick must not cost a sort per step.
+        enough = factor is not None and len(history.durations) >= self.rules.min_steps
+        median = statistics.median(history.durations) if enough and fresh else 0.0
+        history.durations.extend(fresh)
+        if factor is None or median <= 0 or not fresh:
             return None
-        ratio, seconds = worst
-        median = seconds / ratio
+        seconds = max(fresh)
+        if seconds <= factor * median:
+            return None
+        ratio = seconds / median
         return "step_time", (
             f"step took {seconds:.3g} s, {ratio:.1f} x the median {median:.3g} s of recent steps "
             f"(rule: > {factor:g} x)"
