@@ -6,9 +6,11 @@ driven by the proto's own descriptor instead of hand-written field lists on both
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
+@functools.cache  # message classes are few and fixed; the daemon converts every report
 def field_names(message_class: Any) -> tuple[str, ...]:
     return tuple(f.name for f in message_class.DESCRIPTOR.fields)
 
