@@ -40,7 +40,9 @@ class ScrapeRhythm:
     def due_within(self, now: float, horizon: float) -> bool:
         """Is a scrape expected in the next ``horizon`` seconds (or overdue, but still alive)?"""
         if self.last is None or self.interval is None:
-            return self.last is not None  # one scrape seen: assume more come
+            # No rhythm yet: the next scrape renders on demand and teaches the interval. A
+            # one-off `curl` must not make the daemon render every tick from then on.
+            return False
         if now - self.last > FORGET_AFTER_INTERVALS * self.interval:
             return False
         return self.last + self.interval - now <= horizon

@@ -13,7 +13,8 @@ from xmon.exporters.prometheus_render import BackgroundRenderer, Rendered, Scrap
     "scrapes,now,horizon,due",
     [
         ([], 0.0, 1.5, False),  # nobody ever scraped: render lazily
-        ([0.0], 0.5, 1.5, True),  # one scrape: assume a rhythm is starting
+        ([0.0], 0.5, 1.5, False),  # one scrape is no rhythm: the next renders on demand
+        ([0.0], 600.0, 1.5, False),  # a one-off curl long ago
         ([0.0, 15.0, 30.0], 31.0, 1.5, False),  # next at 45 s
         ([0.0, 15.0, 30.0], 43.9, 1.5, True),
         ([0.0, 15.0, 30.0], 50.0, 1.5, True),  # overdue but alive
@@ -66,9 +67,11 @@ def test_endpoint_serves_previous_snapshot_while_newest_renders() -> None:
     endpoint = MetricsEndpoint(clock=lambda: now[0])
     endpoint.update(snap(1))
     first = endpoint.body()  # nothing rendered before: renders synchronously
+    now[0] = 1.0
+    assert endpoint.body() is first  # a second scrape: the rhythm is one per second
     release = threading.Event()
     endpoint._new_rendered = lambda s: Rendered(lambda: (release.wait(5), b"new\n")[1])  # type: ignore[method-assign]
-    now[0] = 1.0
+    now[0] = 1.5
     endpoint.update(snap(2))  # a scrape is due: background render starts and blocks
     assert endpoint.body() is first  # served from ready bytes, not waiting
     release.set()
@@ -77,3 +80,25 @@ def test_endpoint_serves_previous_snapshot_while_newest_renders() -> None:
             break
         threading.Event().wait(0.01)
     assert endpoint.body() == b"new\n"
+
+
+def test_a_single_scrape_does_not_make_every_update_render() -> None:
+    from xmon.exporters.prometheus import MetricsEndpoint
+    from xmon.model import DaemonStats, Snapshot
+
+    now = [0.0]
+    endpoint = MetricsEndpoint(clock=lambda: now[0])
+    renders: list[int] = []
+
+    def counted(snapshot: Snapshot) -> Rendered:
+        return Rendered(lambda: (renders.append(snapshot.seq), b"x\n")[1])
+
+    endpoint._new_rendered = counted  # type: ignore[method-assign]
+    for seq in range(1, 31):
+        endpoint.update(Snapshot(seq=seq, wall_time=now[0], monotonic=now[0], hostname="h",
+                                 daemon=DaemonStats(version="t", started_at=0.0)))  # fmt: skip
+        if seq == 2:
+            endpoint.body()  # a one-off curl
+        now[0] += 1.0
+    threading.Event().wait(0.2)  # a background render, had one been asked for, is done
+    assert renders == [2]
