@@ -125,6 +125,10 @@ class MetricsEndpoint:
             self._background = self._rendered
             self._renderer.request(self._rendered, self._wants_gzip)
 
+    def scrape_due(self) -> bool:
+        """Will a scrape read the snapshot the daemon is about to build (due before the next)?"""
+        return self._rhythm.due_within(self._clock(), horizon=2.0 * self._period)
+
     def body(self, accept_gzip: bool = False) -> bytes:
         """The exposition of the latest snapshot (gzip-compressed if asked).
 

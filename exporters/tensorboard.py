@@ -144,6 +144,12 @@ class TensorBoardExporter:
             log.info("tensorboard export to %s works again", self.logdir)
             self._retry_at = None
 
+    def due_within(self, seconds: float) -> bool:
+        """Will ``update`` write a snapshot taken ``seconds`` from now?"""
+        if self._last_write is None:
+            return True
+        return self._clock() + seconds - self._last_write >= self._interval
+
     def flush(self) -> None:
         for writer in self._writers.values():
             writer.flush()

@@ -39,3 +39,31 @@ def test_a_stream_closing_while_collectors_run_leaves_the_snapshot(tmp_path: Pat
     snapshot = asyncio.run(daemon.build_snapshot())
     assert [job.job_name for job in snapshot.jobs] == ["staying"]
     assert snapshot.daemon.agents_connected == 1
+
+
+def test_hardware_rpcs_only_for_snapshots_someone_reads(tmp_path: Path) -> None:
+    from fakes.libtpu_server import FakeLibtpu, scenario
+
+    with FakeLibtpu(scenario("v6e", 8)) as tpu:
+        config = DaemonConfig(
+            socket_path=tmp_path / "xmon.sock",
+            logdir=tmp_path / "tb",
+            tpu_metrics_addresses=(tpu.address,),
+            tpu_full_poll_seconds=60.0,
+        )
+        daemon = Daemon(config, collectors=["tpu"])
+
+        async def ticks(n: int) -> None:
+            for _ in range(n):
+                await daemon.tick()
+
+        try:
+            asyncio.run(ticks(1))  # the first, full poll
+            fetched = tpu.calls["GetRuntimeMetric"]
+            asyncio.run(ticks(5))  # no view, no scraper, no job: nothing refreshed
+            assert tpu.calls["GetRuntimeMetric"] == fetched
+            daemon.hub.subscribers.add(asyncio.Queue(4))  # `xmon top` attached
+            asyncio.run(ticks(5))
+            assert tpu.calls["GetRuntimeMetric"] == fetched + 5 * 3  # the live gauges, each tick
+        finally:
+            daemon.runner.close()

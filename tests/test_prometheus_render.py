@@ -102,3 +102,31 @@ def test_a_single_scrape_does_not_make_every_update_render() -> None:
         now[0] += 1.0
     threading.Event().wait(0.2)  # a background render, had one been asked for, is done
     assert renders == [2]
+
+
+def test_scrape_due_follows_the_scrapers_rhythm() -> None:
+    from xmon.exporters.prometheus import MetricsEndpoint
+    from xmon.model import DaemonStats, Snapshot
+
+    now = [0.0]
+    endpoint = MetricsEndpoint(clock=lambda: now[0])
+
+    def tick() -> None:
+        daemon = DaemonStats(version="t", started_at=0.0)
+        seq = int(now[0]) + 1
+        endpoint.update(Snapshot(seq=seq, wall_time=now[0], monotonic=now[0], hostname="h",
+                                 daemon=daemon))  # fmt: skip
+
+    for second in range(17):  # a snapshot a second, a scraper at 0.5 s and 15.5 s
+        now[0] = float(second)
+        tick()
+        if second == 0:
+            assert not endpoint.scrape_due()  # nobody scrapes
+        if second in (0, 15):
+            now[0] += 0.5
+            endpoint.body()
+    assert not endpoint.scrape_due()  # at 16 s; the next scrape is at 30.5 s
+    now[0] = 29.0
+    assert endpoint.scrape_due()  # the snapshot built now is the one it reads
+    now[0] = 200.0
+    assert not endpoint.scrape_due()  # the scraper went away

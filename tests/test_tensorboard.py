@@ -104,9 +104,11 @@ def test_hardware_counters_of_the_jobs_devices_only() -> None:
 def test_interval_limits_points_and_gone_jobs_are_closed(tmp_path: Path) -> None:
     clock = Clock()
     exporter = TensorBoardExporter(tmp_path, interval_seconds=10, clock=clock)
+    assert exporter.due_within(1.0)  # nothing written yet
     for i in range(5):  # 5 snapshots within 4 s: one point
         exporter.update(snapshot(STARTED + i, (job(),)))
         clock.now += 1
+    assert not exporter.due_within(1.0) and exporter.due_within(6.0)  # written at 0, now 5
     clock.now += 10
     exporter.update(snapshot(STARTED + 20, ()))  # the job has gone: its writer is closed
     assert len(read(tmp_path / "train-42").Scalars("steps/steps_total")) == 1

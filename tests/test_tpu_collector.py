@@ -107,6 +107,26 @@ def test_live_gauges_every_tick_the_rest_every_full_poll(fakes: Fakes) -> None:
     collector.close()
 
 
+def test_no_rpc_on_a_tick_nobody_reads(fakes: Fakes) -> None:
+    fake = fakes(scenario("v5e", 4))
+    now = [1000.0]
+    collector, _ = collect(V5E, fake.address, clock=lambda: now[0])
+    now[0] += 1.0
+    fake.scenario = _more_hbm_in_use(fake.scenario)
+    read = collector.collect(CollectContext())  # live: the new HBM numbers
+    fetched = fake.calls["GetRuntimeMetric"]
+    for _ in range(5):
+        now[0] += 1.0
+        unread = collector.collect(CollectContext(live=False))
+        assert unread.devices == read.devices  # the last numbers stand
+        assert unread.runtime_services == read.runtime_services
+    assert fake.calls["GetRuntimeMetric"] == fetched
+    now[0] += 5.0  # the full poll is due: made even on an unread tick
+    collector.collect(CollectContext(live=False))
+    assert fake.calls["ListSupportedMetrics"] == 2
+    collector.close()
+
+
 def test_a_service_down_between_full_polls_is_listed_again(fakes: Fakes) -> None:
     fake = fakes(scenario("v5e", 4))
     now = [1000.0]

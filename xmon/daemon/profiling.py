@@ -36,6 +36,12 @@ class Profiling:
     def annotate(self, jobs: tuple[Job, ...]) -> tuple[Job, ...]:
         return self.profiler.annotate(jobs)
 
+    def export_due(self, has_jobs: bool, horizon: float) -> bool:
+        """Will the TensorBoard export write the snapshot built within ``horizon`` seconds?"""
+        if not (self.settings.tensorboard and has_jobs):
+            return False
+        return self.tensorboard is None or self.tensorboard.due_within(horizon)
+
     def health(self) -> tuple[ExporterHealth, ...]:
         if not self.settings.tensorboard:
             return ()

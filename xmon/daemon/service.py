@@ -217,8 +217,13 @@ class Daemon:
             or now - state.last_report_monotonic < self.config.agent_timeout_seconds
         }
         pids = tuple(sorted({state.pid for state in live.values()}))
+        read_now = (
+            bool(self.hub.subscribers)
+            or self.endpoint.scrape_due()
+            or self.profiling.export_due(bool(live), self.config.period_seconds)
+        )
         output, health = await asyncio.to_thread(
-            self.runner.run, CollectContext(pids=pids, monotonic=now)
+            self.runner.run, CollectContext(pids=pids, monotonic=now, live=read_now)
         )
         # Streams may have closed while the collectors ran: the snapshot shows only the jobs
         # still connected, so that its job list and agents_connected agree.
