@@ -157,10 +157,10 @@ def main(quick: bool = False) -> str:
         "medians relative to no agent; each run starts timing once the agent has sent its "
         "first report (the one-off catalogue of compiled programs). Measured directly, in the "
         "same runs: the time the agent's own thread is busy per second of training "
-        "(sampling, building and queueing reports, including waits for the GIL), and what `xmon.step()` costs the training "
-        "thread per step (timed around an empty body); their sum relative to the step time is "
-        "the direct overhead, which the step-time ratio can only show above this machine's "
-        "noise.\n\n"
+        "(sampling, building and queueing reports, including waits for the GIL), and what "
+        "`xmon.step()` costs the training thread per step (timed around an empty body); "
+        "their sum relative to the step time is the direct overhead, which the step-time "
+        "ratio can only show above this machine's noise.\n\n"
         + table(
             [
                 "mode",
