@@ -39,8 +39,11 @@ PROGRAM_VALUES: tuple[tuple[str, Callable[[Program], Number | None], Fold], ...]
 
 
 def rank_programs(programs: Sequence[Program], limit: int) -> tuple[list[Program], list[Program]]:
-    """(kept, folded): the ``limit`` heaviest programs (FLOPs on all devices, then compile
-    time; ties keep report order) and the rest. One entry per fingerprint."""
+    """(kept, folded): the ``limit`` heaviest programs and the rest. One entry per fingerprint.
+
+    Heaviest: most FLOP/s spent in the program, where a trace capture counted its executions;
+    then FLOPs on all devices, then compile time (ties keep report order). Before any capture
+    that is FLOPs order; after one, the programs the job actually runs most come first."""
     unique: dict[str, Program] = {}
     for p in programs:
         unique.setdefault(p.fingerprint, p)
@@ -49,5 +52,7 @@ def rank_programs(programs: Sequence[Program], limit: int) -> tuple[list[Program
     return ranked[:limit], ranked[limit:]
 
 
-def _weight(p: Program) -> tuple[float, float]:
-    return ((p.flops or 0.0) * p.num_devices, p.compile_seconds or 0.0)
+def _weight(p: Program) -> tuple[float, float, float]:
+    flops = (p.flops or 0.0) * p.num_devices
+    rate = p.executions_per_second or 0.0
+    return (rate * max(flops, 1.0), flops, p.compile_seconds or 0.0)

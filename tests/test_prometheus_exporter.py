@@ -308,11 +308,12 @@ def test_programs_past_the_limit_are_folded() -> None:
 
 
 def test_program_rank_uses_devices_then_compile_time() -> None:
+    unseen = {"executions_per_second": None}  # no capture has counted executions
     programs = (
-        program(0, flops=10.0, num_devices=1),
-        program(1, flops=4.0, num_devices=4),  # 16 on all devices: heavier than program 0
-        program(2, flops=None, compile_seconds=9.0),
-        program(3, flops=None, compile_seconds=1.0),
+        program(0, flops=10.0, num_devices=1, **unseen),
+        program(1, flops=4.0, num_devices=4, **unseen),  # 16 on all devices: heavier than 0
+        program(2, flops=None, compile_seconds=9.0, **unseen),
+        program(3, flops=None, compile_seconds=1.0, **unseen),
         program(1, flops=1e9),  # same fingerprint again: reported once, first wins
     )
     job = replace(train_job(), programs=programs)
@@ -322,6 +323,18 @@ def test_program_rank_uses_devices_then_compile_time() -> None:
     assert compile_s[OTHER_PROGRAM] == 1.0
     assert OTHER_PROGRAM not in program_series(s, "xmon_job_program_flops", TRAIN)  # all None
     assert s[key("xmon_job_programs", **TRAIN)] == 4
+
+
+def test_programs_a_capture_saw_running_outrank_heavier_idle_ones() -> None:
+    heavy_once = program(0, flops=100.0, executions_per_second=None)  # no capture yet
+    light_often = program(1, flops=10.0, executions_per_second=None)
+    before = samples(snapshot((replace(train_job(), programs=(heavy_once, light_often)),)),
+                     program_limit=1)  # fmt: skip
+    assert set(program_series(before, "xmon_job_program_flops", TRAIN)) == {"jit_f0", OTHER_PROGRAM}
+    counted = (replace(heavy_once, executions_per_second=0.5),  # 50 FLOP/s
+               replace(light_often, executions_per_second=20.0))  # 200 FLOP/s  # fmt: skip
+    after = samples(snapshot((replace(train_job(), programs=counted),)), program_limit=1)
+    assert set(program_series(after, "xmon_job_program_flops", TRAIN)) == {"jit_f1", OTHER_PROGRAM}
 
 
 def test_no_fold_series_within_the_limit() -> None:

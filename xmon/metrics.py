@@ -389,9 +389,10 @@ Conventions:
   has gone disappear with it.
 - A value xmon does not know (a stat the backend lacks, a job that has not stepped yet) is
   absent, never 0.
-- Per-program series are capped per job (default 50): the programs with the most FLOPs
-  (times devices), then the longest compile, keep their own series; the rest are folded into
-  one series with `program="{OTHER_PROGRAM}"` (sums; the largest peak memory).
+- Per-program series are capped per job (default 50): the programs that spent the most FLOP/s
+  in the job's latest trace capture (executions per second times FLOPs), then those with the
+  most FLOPs (times devices), then the longest compile, keep their own series; the rest are
+  folded into one series with `program="{OTHER_PROGRAM}"` (sums; the largest peak memory).
 - Label values taken from jobs (job and program names) are cut to {LABEL_VALUE_MAX} characters.
 """
 
