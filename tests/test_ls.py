@@ -246,6 +246,12 @@ def test_through_the_daemon(fakes: Fakes, tmp_path: Path) -> None:
         assert picked(data) == expected_json(fake.scenario, fake.address, 4242)
         table = ls(env=env)
         assert table.stdout.startswith(f"4 device(s), from daemon on {daemon.socket_path}")
+        # The daemon reads no hardware for snapshots nobody reads; ls asks for a fresh one, so
+        # a job's new allocation shows at once, not at the next full poll (10 s by default).
+        grown = tuple(replace(d, hbm_used=d.hbm_used + 2**30) for d in fake.scenario.devices)
+        fake.scenario = replace(fake.scenario, devices=grown)
+        fresh = json.loads(ls("--json", env=env).stdout)
+        assert [d["memory_used_bytes"] for d in fresh] == [d.hbm_used for d in grown]
     finally:
         daemon.stop()
 

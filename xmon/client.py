@@ -94,13 +94,15 @@ class DaemonClient:
             raise self._unavailable() from None
         self._ready = True
 
-    def get_snapshot(self) -> Snapshot:
+    def get_snapshot(self, fresh: bool = False) -> Snapshot:
+        """The daemon's latest snapshot, or with ``fresh`` the next one it collects (at most a
+        period away), whose hardware numbers were read for this request."""
         self.wait_ready()
+        request = xmon_pb2.GetSnapshotRequest(
+            protocol_version=xmon_pb2.PROTOCOL_VERSION, fresh=fresh
+        )
         try:
-            message = self._stub.GetSnapshot(
-                xmon_pb2.GetSnapshotRequest(protocol_version=xmon_pb2.PROTOCOL_VERSION),
-                timeout=max(self._timeout, 5.0),
-            )
+            message = self._stub.GetSnapshot(request, timeout=max(self._timeout, 5.0, 15.0 * fresh))
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE and "no snapshot yet" in (
                 exc.details() or ""

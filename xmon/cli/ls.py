@@ -52,14 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def from_daemon(socket_path: Path, timeout: float) -> Listing | None:
-    """The daemon's latest snapshot, or None when no daemon answers there."""
+    """A snapshot the daemon collects for this request, or None when no daemon answers there."""
     if not socket_path.exists():
         return None
     from xmon.client import DaemonClient, DaemonUnavailable
 
     try:
         with DaemonClient(socket_path, connect_timeout=min(timeout, CONNECT_TIMEOUT)) as client:
-            snapshot = client.get_snapshot()
+            snapshot = client.get_snapshot(fresh=True)
     except DaemonUnavailable:
         print(f"{PROG}: no daemon answers on {socket_path}; reading the hardware directly",
               file=sys.stderr)  # fmt: skip

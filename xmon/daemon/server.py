@@ -30,6 +30,7 @@ log = logging.getLogger("xmon.daemon")
 
 SUPPORTED_PROTOCOLS = frozenset({1})
 HELLO_TIMEOUT_SECONDS = 10.0
+FRESH_TIMEOUT_FACTOR = 3  # periods a GetSnapshot(fresh=True) waits, plus 5 s of collectors
 SUBSCRIBER_BUFFER = 2
 
 
@@ -53,14 +54,33 @@ class Hub:
     subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
     links: dict[int, AgentLink] = field(default_factory=dict)  # stream id -> command channel
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    collects_started: int = 0  # snapshots whose collection has begun
+    # (collects_started when asked, future) of each GetSnapshot(fresh=True) waiting
+    fresh_waiters: list[tuple[int, asyncio.Future[xmon_pb2.SnapshotMessage]]] = field(
+        default_factory=list
+    )
 
     def next_id(self) -> int:
         return next(self._ids)
 
-    def publish(self, snapshot: Snapshot) -> None:
+    def begin_collect(self) -> int:
+        """Number the snapshot whose collection starts now (see ``publish``)."""
+        self.collects_started += 1
+        return self.collects_started
+
+    def publish(self, snapshot: Snapshot, collect: int | None = None) -> None:
         """Hand a snapshot to the views. It is encoded only if a view wants it: an idle daemon
-        with no view attached does not pay for JSON every period."""
+        with no view attached does not pay for JSON every period. ``collect`` (from
+        ``begin_collect``) answers the fresh-snapshot requests made before it began."""
         self.snapshot, self._message = snapshot, None
+        if collect is not None and self.fresh_waiters:
+            waiting = []
+            for asked, future in self.fresh_waiters:
+                if asked < collect and not future.done():
+                    future.set_result(self.latest())  # type: ignore[arg-type]
+                elif not future.done():
+                    waiting.append((asked, future))
+            self.fresh_waiters = waiting
         if not self.subscribers:
             return
         message = self.latest()
@@ -222,10 +242,28 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
     async def GetSnapshot(  # noqa: N802
         self, request: xmon_pb2.GetSnapshotRequest, context: grpc.aio.ServicerContext
     ) -> xmon_pb2.SnapshotMessage:
+        if request.fresh:
+            return await self._fresh_snapshot(context)
         latest = self._hub.latest()
         if latest is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "daemon is starting: no snapshot yet")
         return latest
+
+    async def _fresh_snapshot(self, context: grpc.aio.ServicerContext) -> xmon_pb2.SnapshotMessage:
+        hub = self._hub
+        future: asyncio.Future[xmon_pb2.SnapshotMessage] = (
+            asyncio.get_running_loop().create_future()
+        )
+        entry = (hub.collects_started, future)
+        hub.fresh_waiters.append(entry)
+        try:
+            return await asyncio.wait_for(future, FRESH_TIMEOUT_FACTOR * hub.period_seconds + 5.0)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no fresh snapshot in time")
+            raise
+        finally:
+            if entry in hub.fresh_waiters:
+                hub.fresh_waiters.remove(entry)
 
     async def Capture(  # noqa: N802
         self, request: xmon_pb2.CaptureRequest, context: grpc.aio.ServicerContext

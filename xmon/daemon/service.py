@@ -202,10 +202,11 @@ class Daemon:
                 pass
 
     async def tick(self) -> Snapshot:
+        collect = self.hub.begin_collect()
         snapshot = await self.build_snapshot()
         self.endpoint.update(snapshot)
         self.profiling.on_snapshot(snapshot)
-        self.hub.publish(snapshot)
+        self.hub.publish(snapshot, collect)
         return snapshot
 
     async def build_snapshot(self) -> Snapshot:
@@ -219,6 +220,7 @@ class Daemon:
         pids = tuple(sorted({state.pid for state in live.values()}))
         read_now = (
             bool(self.hub.subscribers)
+            or bool(self.hub.fresh_waiters)
             or self.endpoint.scrape_due()
             or self.profiling.export_due(bool(live), self.config.period_seconds)
         )
