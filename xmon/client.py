@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
 from xmon import paths
 from xmon.model import Snapshot, snapshot_from_dict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+Reply = TypeVar("Reply")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -152,7 +155,8 @@ class DaemonClient:
             log_dir=str(Path(log_dir).expanduser().absolute()) if log_dir else "",
             memory_profile=memory,
         )
-        reply = self._call(self._stub.Capture, request, (0 if memory else duration_s) + 90.0)
+        capture: Callable[..., xmon_pb2.CaptureReply] = self._stub.Capture
+        reply = self._call(capture, request, (0 if memory else duration_s) + 90.0)
         return CaptureResult(
             job_name=reply.job_name, pid=reply.pid, kind=reply.kind, log_dir=reply.log_dir,
             run_dir=reply.run_dir, paths=tuple(reply.paths), message=reply.message,
@@ -170,13 +174,14 @@ class DaemonClient:
             pid=job_pid or 0,
             fingerprint=fingerprint,
         )
-        reply = self._call(self._stub.GetHlo, request, 60.0)
+        get_hlo: Callable[..., xmon_pb2.GetHloReply] = self._stub.GetHlo
+        reply = self._call(get_hlo, request, 60.0)
         text = gzip.decompress(reply.hlo_gzip).decode(errors="replace")
         return HloText(reply.job_name, reply.pid, reply.fingerprint, reply.program_name, text)
 
-    def _call(self, method: object, request: object, timeout: float) -> object:
+    def _call(self, method: Callable[..., Reply], request: object, timeout: float) -> Reply:
         try:
-            return method(request, timeout=timeout)  # type: ignore[operator]
+            return method(request, timeout=timeout)
         except grpc.RpcError as exc:
             code = exc.code()
             # The daemon's own UNAVAILABLE answers name the job; any other is the channel's.

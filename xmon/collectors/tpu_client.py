@@ -11,6 +11,7 @@ and which metrics to fetch (see ``TpuCollector``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -116,6 +117,9 @@ class RuntimeMetricsClient:
             raise ServiceUnavailable(unreachable)
         return result
 
+    def _fetch_one(self, fetch: Callable[..., Any], request: Any, deadline: float) -> Any:
+        return fetch(request, timeout=self._left(deadline))
+
     def _fetch(self, names: list[str], deadline: float) -> Iterator[tuple[str, Callable[[], Any]]]:
         """(name, a call that returns the answer or raises) per metric, all by ``deadline``.
 
@@ -126,7 +130,7 @@ class RuntimeMetricsClient:
         if len(names) <= _SEQUENTIAL_UP_TO:
             for name in names:
                 request = pb.MetricRequest(metric_name=name)
-                yield name, lambda r=request: fetch(r, timeout=self._left(deadline))
+                yield name, functools.partial(self._fetch_one, fetch, request, deadline)
             return
         timeout = self._left(deadline)
         futures = [

@@ -77,13 +77,14 @@ class Hub:
             waiting = []
             for asked, future in self.fresh_waiters:
                 if asked < collect and not future.done():
-                    future.set_result(self.latest())  # type: ignore[arg-type]
+                    future.set_result(self.latest())  # type: ignore[arg-type]  # just set
                 elif not future.done():
                     waiting.append((asked, future))
             self.fresh_waiters = waiting
         if not self.subscribers:
             return
         message = self.latest()
+        assert message is not None  # a snapshot was just set
         for queue in self.subscribers:
             if queue.full():  # a slow view skips frames instead of growing memory
                 queue.get_nowait()
@@ -247,6 +248,7 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
         latest = self._hub.latest()
         if latest is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "daemon is starting: no snapshot yet")
+            raise AssertionError("not reached: abort raises")
         return latest
 
     async def _fresh_snapshot(self, context: grpc.aio.ServicerContext) -> xmon_pb2.SnapshotMessage:

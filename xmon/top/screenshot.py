@@ -26,17 +26,18 @@ def _start(tmp: Path) -> tuple[Path, list[subprocess.Popen[bytes]]]:
     socket_path = tmp / "xmon.sock"
     env = dict(os.environ, XMON_SOCKET=str(socket_path), XMON_PEAKS=json.dumps(DEMO_CPU_PEAK),
                XMON_LOGDIR=str(tmp / "tb"))  # fmt: skip
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet = subprocess.DEVNULL
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "xmon", "daemon", "--listen", "127.0.0.1:0"], env=env, **quiet
-    )
+        [sys.executable, "-m", "xmon", "daemon", "--listen", "127.0.0.1:0"],
+        env=env, stdout=quiet, stderr=quiet,
+    )  # fmt: skip
     deadline = time.monotonic() + 30
     while not socket_path.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     job_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     job = subprocess.Popen(
         [sys.executable, "-m", "xmon.demo", "--steps", "0", "--report-every", "0"],
-        env=job_env, **quiet,
+        env=job_env, stdout=quiet, stderr=quiet,
     )  # fmt: skip
     return socket_path, [job, daemon]
 
