@@ -162,6 +162,9 @@ class PeakTable:
         self._peaks: dict[str, Peak] = dict(DEFAULT_PEAKS)
         for kind, fields in (overrides or {}).items():
             self._apply_override(kind, fields)
+        # The table is fixed from here on; the daemon looks up every device of every job each
+        # period, so each spelling is resolved once.
+        self._found: dict[str, Peak | None] = {}
 
     def _resolve(self, kind: str) -> str | None:
         for name in _candidates(normalize_device_kind(kind)):
@@ -191,8 +194,10 @@ class PeakTable:
         """Peak of one JAX device of this kind, or None when the kind is unknown (CPU too)."""
         if not isinstance(device_kind, str):
             return None
-        key = self._resolve(device_kind)
-        return None if key is None else self._peaks[key]
+        if device_kind not in self._found:
+            key = self._resolve(device_kind)
+            self._found[device_kind] = None if key is None else self._peaks[key]
+        return self._found[device_kind]
 
     def kinds(self) -> list[str]:
         """Normalised keys known to this table, overrides included."""

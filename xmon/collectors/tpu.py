@@ -48,7 +48,7 @@ DEVICE_FIELDS: dict[str, tuple[str, float]] = {
     "tpu.runtime.tensorcore.idle_duration.seconds": ("idle_seconds", 1.0),
 }
 _INTEGER_FIELDS = frozenset({"memory_used_bytes", "memory_total_bytes"})
-# What `xmon top` shows moving: fetched every period (each RPC costs ~0.25 ms of daemon CPU).
+# What `xmon top` shows moving: fetched every period (each RPC costs 0.25-1 ms of daemon CPU).
 # Everything else the service lists (HBM capacity, idle time, queue size, uptime, cumulative
 # latency distributions and counters) is fetched with the listing every ``full_poll_interval``
 # and kept in between: slow or cumulative numbers that Prometheus scrapes far less often.
@@ -141,7 +141,8 @@ def read_service(
 
 
 def refresh(kept: Reading, live: Reading) -> Reading:
-    """A full reading with its live metrics replaced by a newer poll of only those."""
+    """A reading with its live metrics replaced by a newer poll of only those (repeatable:
+    each live name keeps its place in libtpu's order)."""
     counters: dict[int, dict[str, float]] = {}
     for device, fields in kept.counters.items():
         slow = {k: v for k, v in fields.items() if k not in _LIVE_FIELDS}
@@ -239,8 +240,8 @@ class TpuCollector:
         self._budget, self._holder_interval, self._clock = budget, holder_interval, clock
         self.full_poll_interval = full_poll_interval
         self._clients: dict[str, RuntimeMetricsClient] = {}
-        self._kept: dict[str, tuple[Reading, float]] = {}  # address -> last full reading, when
-        self._latest: dict[str, Reading] = {}  # address -> the full reading, live parts refreshed
+        # address -> (the last reading, live parts refreshed since; when its full poll was made)
+        self._kept: dict[str, tuple[Reading, float]] = {}
         self._holders: dict[str, tuple[int, ...]] = {}
         self._holders_at: float | None = None
         self._down: dict[str, str] = {}  # address -> last error, to log changes once
@@ -275,17 +276,17 @@ class TpuCollector:
                 self._kept[target.address] = (reading, now)
             else:
                 self._kept.pop(target.address, None)
-            self._latest.pop(target.address, None)
             return reading
-        full = kept[0]
+        last, polled_at = kept
         if not live:  # nobody reads this tick: the last numbers stand (each RPC costs CPU)
-            return self._latest.get(target.address, full)
-        fresh = read_service(client, target, deadline, LIVE_METRICS, full.service.supported)
+            return last
+        fresh = read_service(client, target, deadline, LIVE_METRICS, last.service.supported)
         if not fresh.service.up:
             del self._kept[target.address]  # list again once it answers: it may have restarted
             return fresh
-        self._latest[target.address] = refresh(full, fresh)
-        return self._latest[target.address]
+        refreshed = refresh(last, fresh)
+        self._kept[target.address] = (refreshed, polled_at)
+        return refreshed
 
     def _scan_holders(self, slots: list[TpuSlot]) -> dict[str, tuple[int, ...]]:
         paths = {s.function.device_path for s in slots if s.function.device_path}
@@ -305,7 +306,6 @@ class TpuCollector:
         for address in set(self._clients) - keep:
             self._clients.pop(address).close()
             self._kept.pop(address, None)
-            self._latest.pop(address, None)
 
     def _log_change(self, service: RuntimeService) -> None:
         before = self._down.get(service.address)

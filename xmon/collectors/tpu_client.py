@@ -5,7 +5,7 @@ generated from libtpu's .proto files), so there is one definition of the wire fo
 serves it with gRPC *local* credentials, so the channel uses them too (TCP on loopback, or a
 unix socket). One channel per address lives as long as the collector; every metric the
 service lists is fetched concurrently each poll, all under one deadline. Each unary RPC costs
-the daemon about a quarter of a millisecond of CPU, so the collector decides how often to list
+the daemon a quarter to a whole millisecond of CPU, so the collector decides how often to list
 and which metrics to fetch (see ``TpuCollector``).
 """
 

@@ -28,7 +28,7 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
-from xmon.peaks import Peak, PeakTable
+from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names
 
@@ -188,12 +188,6 @@ class JobBuilder:
     def __init__(self, peaks: PeakTable, clock: Callable[[], float] = time.monotonic) -> None:
         self._peaks = peaks
         self._clock = clock
-        self._peak_of_kind: dict[str, Peak | None] = {}  # the table is fixed for a builder
-
-    def _peak(self, device_kind: str) -> Peak | None:
-        if device_kind not in self._peak_of_kind:
-            self._peak_of_kind[device_kind] = self._peaks.lookup(device_kind)
-        return self._peak_of_kind[device_kind]
 
     def build(self, state: JobState, process: ProcessSample | None) -> Job:
         hello, report = state.hello, state.report
@@ -257,7 +251,7 @@ class JobBuilder:
     def _utilization(
         self, steps: StepStats, devices: tuple[JobDevice, ...], programs: tuple[Program, ...]
     ) -> Utilization:
-        peaks = [self._peak(d.info.device_kind) for d in devices]
+        peaks = [self._peaks.lookup(d.info.device_kind) for d in devices]
         peak_flops = derived.sum_known(p.flops_per_second if p else None for p in peaks)
         peak_bytes = derived.sum_known(p.memory_bytes_per_second if p else None for p in peaks)
         if not devices:

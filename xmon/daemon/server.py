@@ -73,18 +73,20 @@ class Hub:
         with no view attached does not pay for JSON every period. ``collect`` (from
         ``begin_collect``) answers the fresh-snapshot requests made before it began."""
         self.snapshot, self._message = snapshot, None
-        if collect is not None and self.fresh_waiters:
-            waiting = []
-            for asked, future in self.fresh_waiters:
-                if asked < collect and not future.done():
-                    future.set_result(self.latest())  # type: ignore[arg-type]  # just set
-                elif not future.done():
-                    waiting.append((asked, future))
-            self.fresh_waiters = waiting
-        if not self.subscribers:
+        if not self.subscribers and not (collect is not None and self.fresh_waiters):
             return
         message = self.latest()
         assert message is not None  # a snapshot was just set
+        if collect is not None:
+            waiting = []
+            for asked, future in self.fresh_waiters:
+                if future.done():
+                    continue
+                if asked < collect:
+                    future.set_result(message)
+                else:
+                    waiting.append((asked, future))
+            self.fresh_waiters = waiting
         for queue in self.subscribers:
             if queue.full():  # a slow view skips frames instead of growing memory
                 queue.get_nowait()
