@@ -1,9 +1,10 @@
 """Snapshot -> TensorBoard scalars: one run per job, ``<logdir>/<job>-<pid>``.
 
-Written with tensorboard's own ``EventFileWriter`` and ``tensorboard.compat.proto`` events (no
-TensorFlow). The job's traces land in the same run (``plugins/profile/``), so TensorBoard shows
-scalars and traces of a job together. A scalar's step is milliseconds since the job attached
-(monotonic per job, also across daemon restarts; TensorBoard's "relative" axis shows time).
+Written with :mod:`xmon.exporters.tb_events` (a small synchronous event-file writer: no numpy,
+no thread per file) and ``tensorboard.compat.proto`` events (no TensorFlow). The job's traces
+land in the same run (``plugins/profile/``), so TensorBoard shows scalars and traces of a job
+together. A scalar's step is milliseconds since the job attached (monotonic per job, also across
+daemon restarts; TensorBoard's "relative" axis shows time).
 
 The sink can fail (logdir not writable, disk full): the exporter then logs once, reports
 itself down in ``Snapshot.exporters``, drops its writers and tries again after
@@ -19,11 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from xmon.model import Device, ExporterHealth, Job, Snapshot
 
-from . import tb_logdir
+from . import tb_events, tb_logdir
 
 log = logging.getLogger("xmon.exporters.tensorboard")
 
@@ -115,7 +115,7 @@ class TensorBoardExporter:
         self._flush_every = flush_seconds
         self._retention = (max_bytes, max_age_seconds, retention_every_seconds)
         self._clock, self._wall = clock, wall
-        self._writers: dict[tuple[str, int], EventFileWriter] = {}
+        self._writers: dict[tuple[str, int], tb_events.EventFile] = {}
         self._last_write: float | None = None
         self._last_flush = clock()
         self._last_retention: float | None = None
@@ -182,14 +182,12 @@ class TensorBoardExporter:
             writer.add_event(scalar_event(snapshot.wall_time, step_of(job, snapshot.wall_time),
                                           scalars))  # fmt: skip
 
-    def _writer(self, job: Job) -> EventFileWriter:
+    def _writer(self, job: Job) -> tb_events.EventFile:
         key = (job.job_name, job.pid)
         writer = self._writers.get(key)
         if writer is None:
             run = tb_logdir.run_dir(self.logdir, job.job_name, job.pid)
-            writer = EventFileWriter(
-                str(run), max_queue_size=1024, flush_secs=3600, filename_suffix=FILE_SUFFIX
-            )
+            writer = tb_events.EventFile(run, FILE_SUFFIX, wall=self._wall)
             self._writers[key] = writer
         return writer
 
@@ -207,7 +205,7 @@ class TensorBoardExporter:
         if self._last_retention is not None and now - self._last_retention < every:
             return
         self._last_retention = now
-        keep = [Path(f) for w in self._writers.values() if (f := getattr(w, "_file_name", None))]
+        keep = [writer.path for writer in self._writers.values()]
         removed = tb_logdir.enforce_retention(self.logdir, max_bytes, max_age, self._wall(), keep)
         if removed:
             log.info("retention removed %d item(s) from %s", len(removed), self.logdir)

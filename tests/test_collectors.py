@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import threading
 import time
@@ -19,7 +20,7 @@ from xmon.collectors import (
     merge_outputs,
 )
 from xmon.config import ConfigError
-from xmon.model import Device, HardwareCounters, HostSample, ProcessSample
+from xmon.model import CollectorHealth, Device, HardwareCounters, HostSample, ProcessSample
 
 CONTEXT = CollectContext(pids=(), monotonic=0.0)
 HOST = HostSample("h", 1, 0.5, 100, 50, 50)
@@ -150,12 +151,26 @@ def test_unknown_collector_in_config_lists_known_ones() -> None:
 # --- runner -----------------------------------------------------------------------------------
 
 
-def test_runner_isolates_raising_and_hanging_collectors() -> None:
+def _run_sync(runner: CollectorRunner) -> tuple[CollectorOutput, tuple[CollectorHealth, ...]]:
+    return runner.run(CONTEXT)
+
+
+def _run_on_a_loop(
+    runner: CollectorRunner,
+) -> tuple[CollectorOutput, tuple[CollectorHealth, ...]]:
+    # a new loop each tick: a call finishing after its loop closed must be harmless
+    return asyncio.run(runner.run_async(CONTEXT))
+
+
+@pytest.mark.parametrize("tick", [_run_sync, _run_on_a_loop], ids=["run", "run_async"])
+def test_runner_isolates_raising_and_hanging_collectors(
+    tick: Callable[[CollectorRunner], tuple[CollectorOutput, tuple[CollectorHealth, ...]]],
+) -> None:
     good, broken, hung = Fixed("good"), Raising(), Hanging()
     runner = CollectorRunner([good, broken, hung], timeout=0.2)
     try:
         began = time.monotonic()
-        output, health = runner.run(CONTEXT)
+        output, health = tick(runner)
         assert time.monotonic() - began < 1.0
         assert output.host == HOST
         assert [h.name for h in health] == ["good", "broken", "hung"]
@@ -166,7 +181,7 @@ def test_runner_isolates_raising_and_hanging_collectors() -> None:
         assert hung_health.duration_seconds is not None and hung_health.duration_seconds >= 0.2
 
         began = time.monotonic()
-        output, health = runner.run(CONTEXT)  # hung is still inside its first call
+        output, health = tick(runner)  # hung is still inside its first call
         assert time.monotonic() - began < 0.15, "a busy collector must not be waited for"
         assert hung.calls == 1, "a collector still running must not be started again"
         assert output.host == HOST
@@ -176,7 +191,7 @@ def test_runner_isolates_raising_and_hanging_collectors() -> None:
 
         hung.release.set()
         deadline = time.monotonic() + 5
-        while not health_of(runner.run(CONTEXT)[1], "hung").up:
+        while not health_of(tick(runner)[1], "hung").up:
             assert time.monotonic() < deadline
         assert hung.calls >= 2
     finally:

@@ -29,13 +29,13 @@ def test_a_stream_closing_while_collectors_run_leaves_the_snapshot(tmp_path: Pat
     daemon = _daemon(tmp_path)
     leaving = _connect(daemon, "leaving", 11)
     _connect(daemon, "staying", 12)
-    collect = daemon.runner.run
+    collect = daemon.runner.run_async
 
-    def collect_while_the_stream_closes(context: Any) -> Any:
+    async def collect_while_the_stream_closes(context: Any) -> Any:
         del daemon.hub.jobs[leaving]
-        return collect(context)
+        return await collect(context)
 
-    daemon.runner.run = collect_while_the_stream_closes  # type: ignore[method-assign]
+    daemon.runner.run_async = collect_while_the_stream_closes  # type: ignore[method-assign]
     snapshot = asyncio.run(daemon.build_snapshot())
     assert [job.job_name for job in snapshot.jobs] == ["staying"]
     assert snapshot.daemon.agents_connected == 1

@@ -121,9 +121,28 @@ def test_no_rpc_on_a_tick_nobody_reads(fakes: Fakes) -> None:
         assert unread.devices == read.devices  # the last numbers stand
         assert unread.runtime_services == read.runtime_services
     assert fake.calls["GetRuntimeMetric"] == fetched
-    now[0] += 5.0  # the full poll is due: made even on an unread tick
+    now[0] += 5.0  # a full poll is due, but only made for a snapshot someone reads
     collector.collect(CollectContext(live=False))
+    assert fake.calls["ListSupportedMetrics"] == 1
+    collector.collect(CollectContext())
     assert fake.calls["ListSupportedMetrics"] == 2
+    collector.close()
+
+
+def test_a_service_down_is_retried_only_for_reads(fakes: Fakes) -> None:
+    fake = fakes(scenario("v5e", 4, down=True))
+    now = [1000.0]
+    collector, first = collect(V5E, fake.address, clock=lambda: now[0])
+    assert not first.runtime_services[0].up
+    tried = dict(fake.calls)
+    for _ in range(3):
+        now[0] += 20.0
+        unread = collector.collect(CollectContext(live=False))
+        assert unread.runtime_services == first.runtime_services
+    assert fake.calls == tried
+    fake.scenario = replace(fake.scenario, down=False)
+    now[0] += 1.0
+    assert collector.collect(CollectContext()).runtime_services[0].up
     collector.close()
 
 

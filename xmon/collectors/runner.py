@@ -7,6 +7,8 @@ Health follows node_exporter's scrape_collector_* idea and lands in ``CollectorH
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -33,6 +35,7 @@ class _Call:
 
     context: CollectContext
     started: float
+    notify: Callable[[], None] | None = None  # also called (on the worker) when done
     done: threading.Event = field(default_factory=threading.Event)
     output: CollectorOutput | None = None
     error: BaseException | None = None
@@ -59,7 +62,9 @@ class _Slot:
         self.errors_total = 0
         self.last_error: str | None = None
 
-    def submit(self, context: CollectContext, now: float) -> bool:
+    def submit(
+        self, context: CollectContext, now: float, notify: Callable[[], None] | None = None
+    ) -> bool:
         """Start a call unless the previous one is still running."""
         if self.pending is not None and not self.pending.done.is_set():
             return False
@@ -68,7 +73,7 @@ class _Slot:
                 target=self._serve, name=f"xmon-collector-{self.name}", daemon=True
             )
             self._thread.start()
-        self.pending = _Call(context, now)
+        self.pending = _Call(context, now, notify)
         self._queue.put(self.pending)
         return True
 
@@ -99,6 +104,8 @@ class _Slot:
         finally:
             call.finished = self._clock()
             call.done.set()
+            if call.notify is not None:
+                call.notify()
 
     def record(
         self, output: CollectorOutput | None, error: str | None, exc: BaseException | None = None
@@ -195,6 +202,33 @@ class CollectorRunner:
             health.append(slot.health(duration))
         return merge_outputs(outputs), tuple(health)
 
+    async def run_async(
+        self, context: CollectContext
+    ) -> tuple[CollectorOutput, tuple[CollectorHealth, ...]]:
+        """``run`` for an asyncio loop, without a thread of its own to wait in: each worker
+        wakes the loop when its call is done (an idle daemon's cost is mostly wakeups)."""
+        if self._closed:
+            raise RuntimeError("CollectorRunner.run_async() after close()")
+        loop = asyncio.get_running_loop()
+        start = self._clock()
+        deadline = start + self.timeout
+        waiters: list[asyncio.Future[None]] = []
+        submitted = []
+        for slot in self._slots:
+            waiter: asyncio.Future[None] = loop.create_future()
+            fresh = slot.submit(context, start, _waker(loop, waiter))
+            submitted.append(fresh)
+            if fresh:
+                waiters.append(waiter)
+        if waiters:
+            await asyncio.wait(waiters, timeout=max(0.0, deadline - self._clock()))
+        outputs, health = [], []
+        for slot, fresh in zip(self._slots, submitted, strict=True):
+            output, duration = self._settle(slot, fresh, deadline)
+            outputs.extend([output] if output is not None else [])
+            health.append(slot.health(duration))
+        return merge_outputs(outputs), tuple(health)
+
     def _settle(
         self, slot: _Slot, fresh: bool, deadline: float
     ) -> tuple[CollectorOutput | None, float | None]:
@@ -226,6 +260,18 @@ class CollectorRunner:
         for thread in threads:
             if thread is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _waker(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None]) -> Callable[[], None]:
+    def resolve() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed while the call ran
+            loop.call_soon_threadsafe(resolve)
+
+    return wake
 
 
 def _resolve(

@@ -217,10 +217,11 @@ class TpuCollector:
     chips' holders is the costly part on a busy host, so it reruns at most every
     ``holder_interval`` seconds (and whenever the set of chips changes).
 
-    Each service is listed and fully fetched every ``full_poll_interval`` seconds (and right
-    after it was down); in between only :data:`LIVE_METRICS` are fetched, against the kept
-    listing: 3 RPCs a tick instead of 14 on a multislice host, and none on a tick whose
-    snapshot nobody reads (``CollectContext.live`` false: no view, no scrape due).
+    Services are polled only for snapshots someone reads (``CollectContext.live``: a view, a
+    scrape or a TensorBoard write due), and on the first tick. Such a poll lists and fetches
+    everything when the last full poll is ``full_poll_interval`` seconds old (or the service
+    was down), else only :data:`LIVE_METRICS` against the kept listing: 3 RPCs instead of 14
+    on a multislice host. A tick nobody reads makes no RPC.
     """
 
     name = SOURCE
@@ -267,22 +268,19 @@ class TpuCollector:
         )
 
     def _read(self, target: Target, deadline: float, live: bool) -> Reading:
-        client = self._client(target.address)
         now = self._clock()
         kept = self._kept.get(target.address)
-        if kept is None or now - kept[1] >= self.full_poll_interval:
+        if kept is not None and not live:  # nobody reads this tick: the last reading stands
+            return kept[0]
+        client = self._client(target.address)
+        if kept is None or not kept[0].service.up or now - kept[1] >= self.full_poll_interval:
             reading = read_service(client, target, deadline)
-            if reading.service.up:
-                self._kept[target.address] = (reading, now)
-            else:
-                self._kept.pop(target.address, None)
+            self._kept[target.address] = (reading, now)
             return reading
         last, polled_at = kept
-        if not live:  # nobody reads this tick: the last numbers stand (each RPC costs CPU)
-            return last
         fresh = read_service(client, target, deadline, LIVE_METRICS, last.service.supported)
-        if not fresh.service.up:
-            del self._kept[target.address]  # list again once it answers: it may have restarted
+        if not fresh.service.up:  # listed again once it answers: it may have restarted
+            self._kept[target.address] = (fresh, now)
             return fresh
         refreshed = refresh(last, fresh)
         self._kept[target.address] = (refreshed, polled_at)

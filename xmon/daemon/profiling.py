@@ -27,8 +27,8 @@ class Profiling:
         self.profiler = Profiler(hub, settings, config.logdir)
         rules = TriggerRules.from_config(settings)
         self.triggers = TriggerEngine(rules) if settings.triggers else None
-        # Built on the first snapshot with a job: tensorboard pulls in numpy (~20 MB), which a
-        # daemon with nothing to write should not carry.
+        # Built on the first snapshot with a job: a daemon with nothing to write loads no
+        # TensorBoard protos and opens no files.
         self.tensorboard: TensorBoardExporter | None = None
         self._logdir = config.logdir
         self._export: asyncio.Task[None] | None = None
@@ -68,7 +68,8 @@ class Profiling:
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """Export and evaluate triggers without delaying the tick: file I/O runs in a thread,
         and a snapshot arriving while the previous one is still being written is skipped."""
-        if self.settings.tensorboard and (self._export is None or self._export.done()):
+        idle = self._export is None or self._export.done()
+        if idle and self.export_due(bool(snapshot.jobs), 0.0):  # no thread woken for nothing
             self._export = asyncio.get_running_loop().create_task(
                 asyncio.to_thread(self._export_tensorboard, snapshot)
             )

@@ -224,8 +224,8 @@ class Daemon:
             or self.endpoint.scrape_due()
             or self.profiling.export_due(bool(live), self.config.period_seconds)
         )
-        output, health = await asyncio.to_thread(
-            self.runner.run, CollectContext(pids=pids, monotonic=now, live=read_now)
+        output, health = await self.runner.run_async(
+            CollectContext(pids=pids, monotonic=now, live=read_now)
         )
         # Streams may have closed while the collectors ran: the snapshot shows only the jobs
         # still connected, so that its job list and agents_connected agree.
