@@ -18,6 +18,7 @@ import contextlib
 import errno
 import logging
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable
@@ -195,6 +196,13 @@ class _Server(ThreadingHTTPServer):
         self.endpoint = endpoint
         self.closing = False
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer's own asks DNS for the host's full name (socket.getfqdn), which stalls
+        # start-up on a host with slow reverse DNS, for a name only CGI scripts would use.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
 
 def _serve_until_closed(server: _Server) -> None:

@@ -34,6 +34,9 @@ def main(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from xmon.daemon import memory
+
+    memory.limit_arenas()  # before gRPC and the collectors start their threads
     from xmon.daemon.service import Daemon, DaemonError
     from xmon.exporters.prometheus import MetricsServerError
 

@@ -19,6 +19,7 @@ import grpc
 from xmon import __version__
 from xmon.collectors.base import CollectContext, CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
+from xmon.daemon import memory
 from xmon.daemon.jobs import JobBuilder
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
@@ -186,12 +187,15 @@ class Daemon:
 
     async def _tick_forever(self) -> None:
         assert self._stop is not None
-        next_tick = time.monotonic()
+        next_tick = next_trim = time.monotonic()
         while not self._stop.is_set():
             if self._reload_requested:
                 self._reload_requested = False
                 await asyncio.to_thread(self.reload)
             await self.tick()
+            if time.monotonic() >= next_trim:  # tens of microseconds
+                memory.trim()
+                next_trim = time.monotonic() + memory.TRIM_EVERY_SECONDS
             next_tick += self.config.period_seconds
             delay = next_tick - time.monotonic()
             if delay < 0:  # fell behind (suspended, overloaded): do not burst to catch up

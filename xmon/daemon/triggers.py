@@ -12,12 +12,12 @@ so a slow step among more than 64 steps in one period can be missed.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from xmon.derived import percentile
 from xmon.model import Job, Snapshot
 from xmon.profiling_config import ProfilingConfig
 
@@ -107,7 +107,7 @@ class TriggerEngine:
         # New steps are judged against the steps before them, one median per snapshot: a job
         # reporting hundreds of steps a tick must not cost a sort per step.
         enough = factor is not None and len(history.durations) >= self.rules.min_steps
-        median = statistics.median(history.durations) if enough and fresh else 0.0
+        median = (percentile(history.durations, 50) or 0.0) if enough and fresh else 0.0
         history.durations.extend(fresh)
         if factor is None or median <= 0 or not fresh:
             return None
