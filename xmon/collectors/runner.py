@@ -195,12 +195,7 @@ class CollectorRunner:
         start = self._clock()
         deadline = start + self.timeout
         submitted = [slot.submit(context, start) for slot in self._slots]
-        outputs, health = [], []
-        for slot, fresh in zip(self._slots, submitted, strict=True):
-            output, duration = self._settle(slot, fresh, deadline)
-            outputs.extend([output] if output is not None else [])
-            health.append(slot.health(duration))
-        return merge_outputs(outputs), tuple(health)
+        return self._gather(submitted, deadline)
 
     async def run_async(
         self, context: CollectContext
@@ -222,6 +217,12 @@ class CollectorRunner:
                 waiters.append(waiter)
         if waiters:
             await asyncio.wait(waiters, timeout=max(0.0, deadline - self._clock()))
+        return self._gather(submitted, deadline)
+
+    def _gather(
+        self, submitted: list[bool], deadline: float
+    ) -> tuple[CollectorOutput, tuple[CollectorHealth, ...]]:
+        """Every slot's result of this tick (waiting until ``deadline`` at most), merged."""
         outputs, health = [], []
         for slot, fresh in zip(self._slots, submitted, strict=True):
             output, duration = self._settle(slot, fresh, deadline)
