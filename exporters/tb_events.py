@@ -60,10 +60,11 @@ class EventFile:
         self, logdir: Path, filename_suffix: str = "", wall: Callable[[], float] = time.time
     ) -> None:
         logdir.mkdir(parents=True, exist_ok=True)
-        self._path = logdir / file_name(wall(), filename_suffix)
+        created = wall()
+        self._path = logdir / file_name(created, filename_suffix)
         self._file = open(self._path, "wb")  # open until close()
         try:
-            self.add_event(event_pb2.Event(wall_time=wall(), file_version=FILE_VERSION))
+            self.add_event(event_pb2.Event(wall_time=created, file_version=FILE_VERSION))
             self.flush()
         except BaseException:
             self._file.close()
