@@ -46,6 +46,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+FRESH_WAIT_MAX_SECONDS = 5.0  # a scrape of a stale snapshot waits at most this for a fresh one
 _TEXT = "text/plain; charset=utf-8"
 _LANDING = b"""<!DOCTYPE html>
 <html><head><title>xmon</title></head>
@@ -96,7 +97,9 @@ class MetricsEndpoint:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self._rendered = self._new_rendered(None)
-        self._previous: Rendered | None = None
+        self._previous: Rendered | None = None  # the last fresh one that was rendered
+        self._changed = threading.Condition()  # a scrape waiting for a fresh snapshot
+        self._stale_scraped = False  # ... asks the daemon to read its collectors next tick
         self._background: Rendered | None = None  # the render handed to the renderer
         self._rhythm = ScrapeRhythm()
         self._renderer = BackgroundRenderer()
@@ -106,39 +109,52 @@ class MetricsEndpoint:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
-    def _new_rendered(self, snapshot: Snapshot | None) -> Rendered:
+    def _new_rendered(self, snapshot: Snapshot | None, fresh: bool = True) -> Rendered:
         # Each snapshot gets its own collector, so a render in flight for an older one can
         # never mix two snapshots.
         collector = SnapshotCollector(self.program_limit, snapshot)
-        return Rendered(lambda: generate_latest(collector))
+        return Rendered(lambda: generate_latest(collector), fresh)
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, snapshot: Snapshot, fresh: bool = True) -> None:
         """Publish ``snapshot``. Rendered now in the background if a scrape is due before the
-        next update, else by the first scrape that wants it."""
+        next update, else by the first scrape that wants it. ``fresh`` false: its collectors
+        re-served older readings (nobody was expected to read it), so no scrape is served it.
+        """
         now = self._clock()
         if self._last_update is not None:
             self._period = max(0.01, now - self._last_update)
         self._last_update = now
         self.collector.set_snapshot(snapshot)
-        if self._rendered.ready:
-            self._previous = self._rendered
-        self._rendered = self._new_rendered(snapshot)
-        if self._rhythm.due_within(now, horizon=1.5 * self._period):
+        with self._changed:
+            if self._rendered.ready and self._rendered.fresh:
+                self._previous = self._rendered
+            self._rendered = self._new_rendered(snapshot, fresh)
+            if fresh:
+                self._stale_scraped = False
+                self._changed.notify_all()
+        if fresh and self._rhythm.due_within(now, horizon=1.5 * self._period):
             self._background = self._rendered
             self._renderer.request(self._rendered, self._wants_gzip)
 
     def scrape_due(self) -> bool:
-        """Will a scrape read the snapshot the daemon is about to build (due before the next)?"""
-        return self._rhythm.due_within(self._clock(), horizon=2.0 * self._period)
+        """Will a scrape read the snapshot the daemon is about to build: one is due before the
+        next, or one is waiting because the latest was not fresh?"""
+        return self._stale_scraped or self._rhythm.due_within(
+            self._clock(), horizon=2.0 * self._period
+        )
 
     def body(self, accept_gzip: bool = False) -> bytes:
-        """The exposition of the latest snapshot (gzip-compressed if asked).
+        """The exposition of the latest fresh snapshot (gzip-compressed if asked).
 
         If the newest snapshot is still being rendered, the previous one (at most one period
-        older) is served rather than making the scrape wait for the render."""
+        older) is served rather than making the scrape wait for the render. If it is not fresh
+        (no scrape was expected, e.g. a one-off ``curl``), the scrape waits for the next tick,
+        which then reads every collector."""
         self._rhythm.observe(self._clock())
         self._wants_gzip = accept_gzip
         rendered = self._rendered  # one read: text and gzip copy of the same snapshot
+        if not rendered.fresh:
+            rendered = self._wait_for_fresh()
         previous = self._previous
         # Only a render already under way is worth not waiting for; one nobody started is
         # made by this scrape, else its snapshot would never be served.
@@ -146,6 +162,16 @@ class MetricsEndpoint:
         if in_flight and previous is not None:
             rendered = previous
         return rendered.gzipped() if accept_gzip else rendered.text()
+
+    def _wait_for_fresh(self) -> Rendered:
+        """The next fresh snapshot; the stale one if the daemon makes none in time (its
+        collectors hung): readings a few periods old beat a failed scrape."""
+        deadline = time.monotonic() + min(FRESH_WAIT_MAX_SECONDS, 2.0 * self._period + 1.0)
+        with self._changed:
+            self._stale_scraped = True
+            while not self._rendered.fresh and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
+            return self._rendered
 
     def start(self, host: str, port: int) -> tuple[str, int]:
         """Serve on ``host:port`` (port 0: any free port) from a daemon thread.

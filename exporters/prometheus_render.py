@@ -49,10 +49,15 @@ class ScrapeRhythm:
 
 
 class Rendered:
-    """One snapshot's exposition and its gzip copy, each made at most once."""
+    """One snapshot's exposition and its gzip copy, each made at most once.
 
-    def __init__(self, render: Callable[[], bytes]) -> None:
+    ``fresh`` is false for a snapshot whose collectors re-served older readings because nobody
+    was expected to read it (see ``CollectContext.live``): a scrape then waits for a fresh one.
+    """
+
+    def __init__(self, render: Callable[[], bytes], fresh: bool = True) -> None:
         self._render = render
+        self.fresh = fresh
         self._text: bytes | None = None
         self._gzip: bytes | None = None
         self._lock = threading.Lock()  # concurrent scrapes wait for one render

@@ -199,6 +199,38 @@ def test_runner_isolates_raising_and_hanging_collectors(
         runner.close()
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["run", "run_async"])
+def test_a_tick_nobody_reads_wakes_no_worker_until_the_jobs_change(asynchronous: bool) -> None:
+    host, broken = Fixed("host"), Raising()
+    runner = CollectorRunner([host, broken], timeout=1)
+
+    def tick(
+        pids: tuple[int, ...], live: bool
+    ) -> tuple[CollectorOutput, tuple[CollectorHealth, ...]]:
+        context = CollectContext(pids=pids, monotonic=time.monotonic(), live=live)
+        return asyncio.run(runner.run_async(context)) if asynchronous else runner.run(context)
+
+    try:
+        first, health = tick((1,), live=False)  # nothing collected yet: collect anyway
+        assert host.calls == 1 and first.host == HOST
+        duration = health_of(health, "host").duration_seconds
+        for _ in range(3):
+            output, health = tick((1,), live=False)
+            assert output.host == HOST and health_of(health, "host").up
+            assert health_of(health, "host").duration_seconds == duration  # the call it re-serves
+        assert host.calls == 1, "an unread tick must not call the collector again"
+        assert broken.calls == 4, "a failed call is never re-served: it is retried every tick"
+        assert health_of(health, "broken").errors_total == 4
+        tick((1,), live=True)
+        assert host.calls == 2
+        tick((1, 2), live=False)  # a job came: its process must be sampled
+        assert host.calls == 3
+        tick((1, 2), live=False)
+        assert host.calls == 3
+    finally:
+        runner.close()
+
+
 def test_errors_total_counts_every_failed_tick_and_recovery_keeps_it() -> None:
     broken = Raising()
     runner = CollectorRunner([broken], timeout=1)

@@ -72,23 +72,6 @@ def test_own_process_sample() -> None:
     assert collector.tracked_pids == (pid,)
 
 
-def test_ticks_nobody_reads_keep_the_last_sample_until_a_job_comes_or_goes() -> None:
-    collector = HostCollector()
-    pid = os.getpid()
-    read = collector.collect(context(pid))
-    burn_cpu(0.05)
-    unread = CollectContext(pids=(pid,), monotonic=time.monotonic(), live=False)
-    assert collector.collect(unread) is read  # no /proc read
-    burn_cpu(0.1)
-    again = collector.collect(context(pid)).processes[pid]
-    first = read.processes[pid]
-    assert again.cpu_seconds_total is not None and first.cpu_seconds_total is not None
-    assert again.cpu_seconds_total >= first.cpu_seconds_total + 0.1  # the rate spans both
-    joined = CollectContext(pids=(pid, 1), monotonic=time.monotonic(), live=False)
-    assert collector.collect(joined).processes.keys() <= {pid, 1}  # read: the jobs changed
-    assert collector.collect(joined) is collector.collect(joined)
-
-
 def test_dead_pid_is_skipped_silently() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -70,7 +72,7 @@ def test_endpoint_serves_previous_snapshot_while_newest_renders() -> None:
     now[0] = 1.0
     assert endpoint.body() is first  # a second scrape: the rhythm is one per second
     release = threading.Event()
-    endpoint._new_rendered = lambda s: Rendered(lambda: (release.wait(5), b"new\n")[1])  # type: ignore[method-assign]
+    endpoint._new_rendered = lambda s, fresh=True: Rendered(lambda: (release.wait(5), b"new\n")[1])  # type: ignore[method-assign]
     now[0] = 1.5
     endpoint.update(snap(2))  # a scrape is due: background render starts and blocks
     assert endpoint.body() is first  # served from ready bytes, not waiting
@@ -90,7 +92,7 @@ def test_a_single_scrape_does_not_make_every_update_render() -> None:
     endpoint = MetricsEndpoint(clock=lambda: now[0])
     renders: list[int] = []
 
-    def counted(snapshot: Snapshot) -> Rendered:
+    def counted(snapshot: Snapshot, fresh: bool = True) -> Rendered:
         return Rendered(lambda: (renders.append(snapshot.seq), b"x\n")[1])
 
     endpoint._new_rendered = counted  # type: ignore[method-assign]
@@ -130,3 +132,49 @@ def test_scrape_due_follows_the_scrapers_rhythm() -> None:
     assert endpoint.scrape_due()  # the snapshot built now is the one it reads
     now[0] = 200.0
     assert not endpoint.scrape_due()  # the scraper went away
+
+
+def _snapshot(seq: int) -> Any:
+    from xmon.model import DaemonStats, Snapshot
+
+    return Snapshot(seq=seq, wall_time=float(seq), monotonic=float(seq), hostname="h",
+                    daemon=DaemonStats(version="t", started_at=0.0))  # fmt: skip
+
+
+def test_a_scrape_of_a_stale_snapshot_waits_for_the_next_fresh_one() -> None:
+    from xmon.exporters.prometheus import MetricsEndpoint
+
+    endpoint = MetricsEndpoint()
+    endpoint.update(_snapshot(1))
+    endpoint.update(_snapshot(2), fresh=False)  # its collectors re-served older readings
+    assert not endpoint.scrape_due()
+    served: list[bytes] = []
+    scrape = threading.Thread(target=lambda: served.append(endpoint.body()))
+    scrape.start()
+    for _ in range(500):
+        if endpoint.scrape_due():
+            break
+        threading.Event().wait(0.01)
+    assert endpoint.scrape_due(), "a waiting scrape must make the next tick read its collectors"
+    assert not served, "a stale snapshot must not be served"
+    endpoint.update(_snapshot(3), fresh=False)
+    threading.Event().wait(0.05)
+    assert not served
+    endpoint.update(_snapshot(4))
+    scrape.join(5)
+    assert served and b"xmon_snapshot_timestamp_seconds 4.0" in served[0]
+    assert not endpoint.scrape_due()
+
+
+def test_a_scrape_serves_the_stale_snapshot_when_no_fresh_one_comes() -> None:
+    from xmon.exporters.prometheus import MetricsEndpoint
+
+    now = [0.0]
+    endpoint = MetricsEndpoint(clock=lambda: now[0])
+    endpoint.update(_snapshot(1))
+    now[0] = 0.01  # a period of 10 ms: the scrape waits 2 periods + 1 s
+    endpoint.update(_snapshot(2), fresh=False)
+    began = time.monotonic()
+    body = endpoint.body()  # the daemon is stuck: no tick comes
+    assert 0.9 < time.monotonic() - began < 4.0
+    assert b"xmon_snapshot_timestamp_seconds 2.0" in body

@@ -26,8 +26,8 @@ class CollectContext:
     pids: tuple[int, ...] = ()  # processes of the attached agents (from their streams)
     monotonic: float = 0.0  # the daemon's time.monotonic() at the start of the tick
     # Someone reads this tick's snapshot: a live view, a scrape due before the next tick, or
-    # a TensorBoard write. Collectors may skip work that only refreshes numbers nobody reads
-    # otherwise (the tpu collector's RPCs, the host collector's /proc reads).
+    # a TensorBoard write. The runner calls no collector on an unread tick unless the jobs
+    # changed; a collector called then may skip costly refreshes (the tpu collector's RPCs).
     live: bool = True
 
 

@@ -143,10 +143,8 @@ def read_process(process: Any, monotonic: float) -> ProcessReading:
 
 @register("host", help="host CPU, memory and load, and each attached job's CPU and RSS (psutil)")
 class HostCollector:
-    """Not thread-safe by itself; the runner never calls ``collect`` concurrently.
-
-    Reads /proc only for snapshots someone reads (``CollectContext.live``) or when the set of
-    jobs changed; rates (CPU) then span the time since the last read."""
+    """Not thread-safe by itself; the runner never calls ``collect`` concurrently. Rates (CPU)
+    span the time since the previous call."""
 
     name = "host"
 
@@ -157,23 +155,16 @@ class HostCollector:
         # pid -> (Process, last reading); kept so the CPU rate has a previous sample and
         # psutil can tell a reused pid (it remembers each Process' create time).
         self._processes: dict[int, tuple[Any, ProcessReading]] = {}
-        # (pids, output) of the last read: what a tick nobody reads gets, when no job came or went
-        self._last_output: tuple[tuple[int, ...], CollectorOutput] | None = None
 
     @property
     def tracked_pids(self) -> tuple[int, ...]:
         return tuple(sorted(self._processes))
 
     def collect(self, context: CollectContext) -> CollectorOutput:
-        last = self._last_output
-        if not context.live and last is not None and last[0] == context.pids:
-            return last[1]  # nobody reads this tick: the last sample stands
         reading = read_host(self._ps, self._hostname)
         sample = host_sample(reading, self._last_host)
         self._last_host = reading
-        output = CollectorOutput(host=sample, processes=self._sample_processes(context))
-        self._last_output = (context.pids, output)
-        return output
+        return CollectorOutput(host=sample, processes=self._sample_processes(context))
 
     def _sample_processes(self, context: CollectContext) -> dict[int, ProcessSample]:
         for pid in set(self._processes) - set(context.pids):

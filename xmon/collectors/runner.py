@@ -3,6 +3,11 @@
 Each collector gets one long-lived worker thread; the tick waits for all of them up to one
 shared deadline, so a hung collector costs at most ``timeout`` and never blocks the others.
 Health follows node_exporter's scrape_collector_* idea and lands in ``CollectorHealth``.
+
+A tick nobody reads (``CollectContext.live`` false: no view, no scrape due, no TensorBoard
+write) wakes no worker: each collector's last output stands, as long as the set of jobs it was
+collected for has not changed. Rates a collector derives from two reads (CPU) then span the time
+between the reads someone sees.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class _Slot:
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.pending: _Call | None = None
+        self.reused: _Call | None = None  # the last good call, when this tick re-serves it
         self.up: bool | None = None  # None until the first result
         self.present = True
         self.errors_total = 0
@@ -65,8 +71,18 @@ class _Slot:
     def submit(
         self, context: CollectContext, now: float, notify: Callable[[], None] | None = None
     ) -> bool:
-        """Start a call unless the previous one is still running."""
-        if self.pending is not None and not self.pending.done.is_set():
+        """Start a call unless the previous one is still running, or can stand for this tick."""
+        self.reused = None
+        last = self.pending
+        if last is not None and not last.done.is_set():
+            return False
+        if (
+            not context.live
+            and last is not None
+            and last.error is None
+            and last.context.pids == context.pids
+        ):
+            self.reused = last
             return False
         if self._thread is None:
             self._thread = threading.Thread(
@@ -233,6 +249,9 @@ class CollectorRunner:
     def _settle(
         self, slot: _Slot, fresh: bool, deadline: float
     ) -> tuple[CollectorOutput | None, float | None]:
+        if slot.reused is not None:
+            assert slot.reused.finished is not None
+            return slot.reused.output, slot.reused.finished - slot.reused.started
         call = slot.pending
         assert call is not None  # submit() ran for every slot
         if fresh:

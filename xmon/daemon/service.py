@@ -20,7 +20,7 @@ from xmon import __version__
 from xmon.collectors.base import CollectContext, CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import memory
-from xmon.daemon.jobs import JobBuilder
+from xmon.daemon.jobs import JobBuilder, JobState
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
 from xmon.daemon.server import ControlService, Hub, IngestService
@@ -170,6 +170,7 @@ class Daemon:
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
+                ("grpc.http2.bdp_probe", 0),
             ]
         )
         xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
@@ -207,29 +208,39 @@ class Daemon:
 
     async def tick(self) -> Snapshot:
         collect = self.hub.begin_collect()
-        snapshot = await self.build_snapshot()
-        self.endpoint.update(snapshot)
+        read = self._someone_reads()
+        snapshot = await self.build_snapshot(read)
+        self.endpoint.update(snapshot, fresh=read)
         self.profiling.on_snapshot(snapshot)
         self.hub.publish(snapshot, collect)
         return snapshot
 
-    async def build_snapshot(self) -> Snapshot:
-        now = time.monotonic()
-        live = {
+    def _live_jobs(self, now: float) -> dict[int, JobState]:
+        return {
             stream_id: state
             for stream_id, state in self.hub.jobs.items()
             if state.report is None
             or now - state.last_report_monotonic < self.config.agent_timeout_seconds
         }
-        pids = tuple(sorted({state.pid for state in live.values()}))
-        read_now = (
-            bool(self.hub.subscribers)
+
+    def _someone_reads(self) -> bool:
+        """Will anyone read the next snapshot? Only then do the collectors refresh it."""
+        return (
+            self._seq == 0  # the first snapshot: every view and scrape starts from real readings
+            or bool(self.hub.subscribers)
             or bool(self.hub.fresh_waiters)
             or self.endpoint.scrape_due()
-            or self.profiling.export_due(bool(live), self.config.period_seconds)
+            or self.profiling.export_due(
+                bool(self._live_jobs(time.monotonic())), self.config.period_seconds
+            )
         )
+
+    async def build_snapshot(self, read: bool = True) -> Snapshot:
+        now = time.monotonic()
+        live = self._live_jobs(now)
+        pids = tuple(sorted({state.pid for state in live.values()}))
         output, health = await self.runner.run_async(
-            CollectContext(pids=pids, monotonic=now, live=read_now)
+            CollectContext(pids=pids, monotonic=now, live=read)
         )
         # Streams may have closed while the collectors ran: the snapshot shows only the jobs
         # still connected, so that its job list and agents_connected agree.
