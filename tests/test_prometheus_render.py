@@ -129,6 +129,8 @@ def test_scrape_due_follows_the_scrapers_rhythm() -> None:
             endpoint.body()
     assert not endpoint.scrape_due()  # at 16 s; the next scrape is at 30.5 s
     now[0] = 29.0
+    assert not endpoint.scrape_due()  # the snapshot built now is superseded before 30.5 s
+    now[0] = 30.0
     assert endpoint.scrape_due()  # the snapshot built now is the one it reads
     now[0] = 200.0
     assert not endpoint.scrape_due()  # the scraper went away

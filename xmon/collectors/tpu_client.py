@@ -29,6 +29,9 @@ _CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 250),
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    # Small answers on a local connection: bandwidth-delay probing (a ping after each burst of
+    # data) only keeps gRPC's threads waking between polls.
+    ("grpc.http2.bdp_probe", 0),
 )
 
 

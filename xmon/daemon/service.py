@@ -170,6 +170,8 @@ class Daemon:
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
+                # Reports are small and the socket is local: bandwidth-delay probing (a ping
+                # after each burst of data) would only wake gRPC's threads.
                 ("grpc.http2.bdp_probe", 0),
             ]
         )
