@@ -69,6 +69,32 @@ def test_hardware_rpcs_only_for_snapshots_someone_reads(tmp_path: Path) -> None:
             daemon.runner.close()
 
 
+def test_a_tick_only_tensorboard_reads_polls_no_chip_the_jobs_do_not_hold(
+    tmp_path: Path,
+) -> None:
+    from fakes.libtpu_server import FakeLibtpu, scenario
+
+    with FakeLibtpu(scenario("v6e", 8)) as tpu:
+        config = DaemonConfig(
+            socket_path=tmp_path / "xmon.sock",
+            logdir=tmp_path / "tb",
+            tpu_metrics_addresses=(tpu.address,),
+            tpu_full_poll_seconds=0.0,
+        )
+        daemon = Daemon(config, collectors=["tpu"])
+        try:
+            asyncio.run(daemon.tick())  # the first snapshot: read in full
+            _connect(daemon, "train", 11)  # holds no chip of this fake service
+            assert not daemon._read_in_full() and daemon._exported()  # TensorBoard only
+            fetched = dict(tpu.calls)
+            asyncio.run(daemon.build_snapshot(live=True, full=False))
+            assert tpu.calls == fetched
+            asyncio.run(daemon.build_snapshot(live=True, full=True))  # a scrape or a view
+            assert tpu.calls["GetRuntimeMetric"] > fetched["GetRuntimeMetric"]
+        finally:
+            daemon.runner.close()
+
+
 def test_a_one_off_scrape_gets_readings_taken_for_it(tmp_path: Path) -> None:
     """No scraper rhythm, no view: the daemon reads no collector between ticks, and a `curl`
     must still get new readings, not the ones from the daemon's start."""

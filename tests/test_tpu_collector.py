@@ -101,9 +101,61 @@ def test_live_gauges_every_tick_the_rest_every_full_poll(fakes: Fakes) -> None:
         (m.name, m.device, m.attributes) for m in full.metrics
     ]  # the same series in the same order, kept from the full poll
     now[0] += 9.0
-    collector.collect(CollectContext())
-    assert fake.calls["ListSupportedMetrics"] == 2
+    collector.collect(CollectContext())  # a full poll, against the kept listing
+    assert fake.calls["ListSupportedMetrics"] == 1
     assert fake.metric_calls[HLO_TIMING] == 1
+    collector.close()
+
+
+def test_listed_again_every_listing_interval_and_not_found_skipped_until_then(
+    fakes: Fakes,
+) -> None:
+    fake = fakes(scenario("v6e", 8))  # one slice: the megascale metrics answer NOT_FOUND
+    now = [1000.0]
+    collector, first = collect(
+        V5E, fake.address, full_poll_interval=10.0, listing_interval=60.0, clock=lambda: now[0]
+    )
+    assert all(fake.metric_calls[name] == 1 for name in MEGASCALE)
+    for _ in range(5):  # full polls at 10, 20, ... 50 s: no listing, no megascale RPC
+        now[0] += 10.0
+        out = collector.collect(CollectContext())
+        assert out.runtime_services == tuple(
+            replace(s, metrics=out.runtime_services[0].metrics) for s in first.runtime_services
+        )
+    assert fake.calls["ListSupportedMetrics"] == 1
+    assert all(fake.metric_calls[name] == 1 for name in MEGASCALE)
+    assert fake.metric_calls[HLO_TIMING] == 6
+    fake.scenario = replace(fake.scenario, multislice=True)  # a multislice job now
+    now[0] += 10.0  # 60 s since the listing: listed again, every metric asked for
+    out = collector.collect(CollectContext())
+    assert fake.calls["ListSupportedMetrics"] == 2
+    assert {m.name for m in out.runtime_services[0].metrics} >= set(MEGASCALE)
+    now[0] += 10.0
+    collector.collect(CollectContext())
+    assert all(fake.metric_calls[name] == 3 for name in MEGASCALE)  # found now: every poll
+    collector.close()
+
+
+def test_a_tick_only_tensorboard_reads_refreshes_only_chips_of_attached_jobs(
+    fakes: Fakes,
+) -> None:
+    fake = fakes(scenario("v5e", 4))
+    now = [1000.0]
+    collector, _ = collect(V5E, fake.address, full_poll_interval=10.0, clock=lambda: now[0])
+    fetched = dict(fake.metric_calls)
+    fake.scenario = _more_hbm_in_use(fake.scenario)
+    now[0] += 20.0  # a full poll would be due for a scrape
+    other_job = collector.collect(CollectContext(pids=(77,), full=False))
+    assert fake.metric_calls == fetched  # no attached job holds a chip: nothing to refresh
+    assert fake.calls["ListSupportedMetrics"] == 1
+    owner = collector.collect(CollectContext(pids=(77, 4242), full=False))  # 4242 holds them
+    assert fake.calls["ListSupportedMetrics"] == 1  # its live gauges only, no full poll
+    assert {n for n in fake.metric_calls if fake.metric_calls[n] > fetched[n]} == LIVE_METRICS
+    in_use = [d.hardware.memory_used_bytes for d in owner.devices]
+    assert in_use == [load.hbm_used for load in fake.scenario.devices]
+    assert in_use != [d.hardware.memory_used_bytes for d in other_job.devices]
+    collector.collect(CollectContext(pids=(77,)))  # a scrape: the full poll that was due
+    assert fake.metric_calls[HLO_TIMING] == fetched[HLO_TIMING] + 1
     collector.close()
 
 
@@ -123,9 +175,9 @@ def test_no_rpc_on_a_tick_nobody_reads(fakes: Fakes) -> None:
     assert fake.calls["GetRuntimeMetric"] == fetched
     now[0] += 5.0  # a full poll is due, but only made for a snapshot someone reads
     collector.collect(CollectContext(live=False))
-    assert fake.calls["ListSupportedMetrics"] == 1
+    assert fake.metric_calls[HLO_TIMING] == 1
     collector.collect(CollectContext())
-    assert fake.calls["ListSupportedMetrics"] == 2
+    assert fake.metric_calls[HLO_TIMING] == 2
     collector.close()
 
 
@@ -164,11 +216,11 @@ def test_a_service_down_between_full_polls_is_listed_again(fakes: Fakes) -> None
     collector.close()
 
 
-def test_full_poll_interval_zero_lists_every_tick(fakes: Fakes) -> None:
+def test_full_poll_interval_zero_fetches_everything_every_tick(fakes: Fakes) -> None:
     fake = fakes(scenario("v5e", 4))
     collector, _ = collect(V5E, fake.address, full_poll_interval=0.0)
     collector.collect(CollectContext())
-    assert fake.calls["ListSupportedMetrics"] == 2
+    assert fake.calls["ListSupportedMetrics"] == 1
     assert fake.metric_calls[HLO_TIMING] == 2
     collector.close()
 

@@ -51,8 +51,8 @@ class DaemonConfig:
     max_agents: int = 1024  # agent streams at once; more are refused (bounds the job series)
     # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
     tpu_metrics_addresses: tuple[str, ...] = ()
-    # Seconds between full polls of a libtpu service (listing, HBM capacity, latency
-    # distributions, counters); its live gauges are fetched every period. 0: all every period.
+    # Seconds between full polls of a libtpu service (HBM capacity, latency distributions,
+    # counters); its live gauges are fetched every period someone reads. 0: all every period.
     tpu_full_poll_seconds: float = 10.0
     sysfs_root: Path = Path("/sys")  # like node_exporter's --path.sysfs (host /sys elsewhere)
     procfs_root: Path = Path("/proc")

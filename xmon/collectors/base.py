@@ -29,6 +29,10 @@ class CollectContext:
     # a TensorBoard write. The runner calls no collector on an unread tick unless the jobs
     # changed; a collector called then may skip costly refreshes (the tpu collector's RPCs).
     live: bool = True
+    # A reader shows every metric: a scrape, a view, `xmon ls`, the first snapshot. False when
+    # only TensorBoard reads the tick: its job scalars need the jobs' processes and the live
+    # counters of the devices they hold, not (say) libtpu's latency distributions.
+    full: bool = True
 
 
 @dataclass(frozen=True)

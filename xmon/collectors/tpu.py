@@ -80,6 +80,17 @@ class Reading:
 
     service: RuntimeService
     counters: dict[int, dict[str, float]]  # device index -> HardwareCounters field -> value
+    missing: frozenset[str] = frozenset()  # listed, yet NOT_FOUND (megascale on one slice)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What the collector keeps of one service between polls."""
+
+    reading: Reading  # the last full poll, its live metrics refreshed since
+    polled_at: float  # when that full poll was made
+    listed_at: float  # when the service last listed its metrics
+    missing: frozenset[str]  # NOT_FOUND at that listing: not fetched again until the next
 
 
 def map_device(runtime_id: int | None, devices: tuple[int, ...] | None) -> int | None:
@@ -137,7 +148,7 @@ def read_service(
             else:
                 others.append(point if device == point.device else replace(point, device=device))
     service = RuntimeService(SOURCE, target.address, True, None, poll.supported, tuple(others))
-    return Reading(service, counters)
+    return Reading(service, counters, frozenset(poll.missing))
 
 
 def refresh(kept: Reading, live: Reading) -> Reading:
@@ -217,11 +228,20 @@ class TpuCollector:
     chips' holders is the costly part on a busy host, so it reruns at most every
     ``holder_interval`` seconds (and whenever the set of chips changes).
 
-    Services are polled only for snapshots someone reads (``CollectContext.live``: a view, a
-    scrape or a TensorBoard write due), and on the first tick. Such a poll lists and fetches
-    everything when the last full poll is ``full_poll_interval`` seconds old (or the service
-    was down), else only :data:`LIVE_METRICS` against the kept listing: 3 RPCs instead of 14
-    on a multislice host. A tick nobody reads makes no RPC.
+    Each unary RPC costs the daemon about half a millisecond of CPU (its own and gRPC's
+    threads), so services are polled only for what the tick's readers show
+    (``CollectContext``):
+
+    - nobody reads it: no RPC, the last reading stands;
+    - only TensorBoard (``full`` false): :data:`LIVE_METRICS`, and only if an attached job
+      holds a chip (TensorBoard writes the hardware scalars of the job's own chips);
+    - a scrape, a view or ``xmon ls``: everything when the last full poll is
+      ``full_poll_interval`` seconds old (or the service was down), else
+      :data:`LIVE_METRICS` against the kept listing: 3 RPCs instead of 14 on a multislice host.
+
+    A full poll asks the service for its listing only every ``listing_interval`` seconds, and
+    skips in between the metrics that answered NOT_FOUND after that listing (libtpu lists its
+    megascale metrics on a single slice too, where each answers NOT_FOUND).
     """
 
     name = SOURCE
@@ -234,15 +254,16 @@ class TpuCollector:
         budget: float = 0.8,
         holder_interval: float = 5.0,
         full_poll_interval: float = 10.0,
+        listing_interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sysfs_root, self.procfs_root = sysfs_root, procfs_root
         self.addresses = addresses
         self._budget, self._holder_interval, self._clock = budget, holder_interval, clock
         self.full_poll_interval = full_poll_interval
+        self.listing_interval = listing_interval
         self._clients: dict[str, RuntimeMetricsClient] = {}
-        # address -> (the last reading, live parts refreshed since; when its full poll was made)
-        self._kept: dict[str, tuple[Reading, float]] = {}
+        self._kept: dict[str, _Kept] = {}  # by address
         self._holders: dict[str, tuple[int, ...]] = {}
         self._holders_at: float | None = None
         self._down: dict[str, str] = {}  # address -> last error, to log changes once
@@ -258,7 +279,11 @@ class TpuCollector:
         else:
             targets = find_targets(slots, holders, self.procfs_root)
         deadline = self._clock() + self._budget
-        readings = [self._read(t, deadline, context.live) for t in targets]
+        jobs_hold_chips = not set(context.pids).isdisjoint(
+            pid for pids in holders.values() for pid in pids
+        )
+        wanted = context.live and (context.full or jobs_hold_chips)
+        readings = [self._read(t, deadline, wanted, context.full) for t in targets]
         self._close_clients({t.address for t in targets})
         for reading in readings:
             self._log_change(reading.service)
@@ -267,24 +292,52 @@ class TpuCollector:
             runtime_services=tuple(r.service for r in readings),
         )
 
-    def _read(self, target: Target, deadline: float, live: bool) -> Reading:
+    def _read(self, target: Target, deadline: float, wanted: bool, full: bool) -> Reading:
+        """This tick's reading of one service: kept, its live metrics refreshed, or new."""
         now = self._clock()
         kept = self._kept.get(target.address)
-        if kept is not None and not live:  # nobody reads this tick: the last reading stands
-            return kept[0]
+        if kept is not None and not wanted:
+            return kept.reading
         client = self._client(target.address)
-        if kept is None or not kept[0].service.up or now - kept[1] >= self.full_poll_interval:
-            reading = read_service(client, target, deadline)
-            self._kept[target.address] = (reading, now)
-            return reading
-        last, polled_at = kept
+        if (
+            kept is None
+            or not kept.reading.service.up
+            or (full and now - kept.polled_at >= self.full_poll_interval)
+        ):
+            return self._full_poll(client, target, deadline, kept, now)
+        last = kept.reading
         fresh = read_service(client, target, deadline, LIVE_METRICS, last.service.supported)
         if not fresh.service.up:  # listed again once it answers: it may have restarted
-            self._kept[target.address] = (fresh, now)
+            self._kept[target.address] = _Kept(fresh, now, now, frozenset())
             return fresh
         refreshed = refresh(last, fresh)
-        self._kept[target.address] = (refreshed, polled_at)
+        self._kept[target.address] = replace(kept, reading=refreshed)
         return refreshed
+
+    def _full_poll(
+        self,
+        client: RuntimeMetricsClient,
+        target: Target,
+        deadline: float,
+        kept: _Kept | None,
+        now: float,
+    ) -> Reading:
+        if (
+            kept is None
+            or not kept.reading.service.up
+            or now - kept.listed_at >= self.listing_interval
+        ):
+            reading = read_service(client, target, deadline)
+            self._kept[target.address] = _Kept(reading, now, now, reading.missing)
+            return reading
+        supported = kept.reading.service.supported
+        present = frozenset(supported) - kept.missing
+        reading = read_service(client, target, deadline, present, supported)
+        if reading.service.up:
+            self._kept[target.address] = replace(kept, reading=reading, polled_at=now)
+        else:
+            self._kept[target.address] = _Kept(reading, now, now, frozenset())
+        return reading
 
     def _scan_holders(self, slots: list[TpuSlot]) -> dict[str, tuple[int, ...]]:
         paths = {s.function.device_path for s in slots if s.function.device_path}

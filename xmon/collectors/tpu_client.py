@@ -48,7 +48,8 @@ class Poll:
 
     supported: tuple[str, ...]
     metrics: dict[str, Any] = field(default_factory=dict)  # name -> pb.TPUMetric
-    errors: dict[str, str] = field(default_factory=dict)  # name -> "NOT_FOUND: ..."
+    errors: dict[str, str] = field(default_factory=dict)  # name -> "not_found: ..."
+    missing: set[str] = field(default_factory=set)  # listed, yet answered NOT_FOUND
 
 
 def credentials_for(address: str) -> grpc.ChannelCredentials:
@@ -116,7 +117,9 @@ class RuntimeMetricsClient:
                 result.metrics[name] = answer().metric
             except grpc.RpcError as exc:
                 result.errors[name] = describe(exc)
-                if isinstance(exc, grpc.Call) and exc.code() != grpc.StatusCode.NOT_FOUND:
+                if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.NOT_FOUND:
+                    result.missing.add(name)
+                else:
                     unreachable = unreachable or result.errors[name]
         if unreachable is not None and not result.metrics:
             raise ServiceUnavailable(unreachable)

@@ -210,9 +210,10 @@ class Daemon:
 
     async def tick(self) -> Snapshot:
         collect = self.hub.begin_collect()
-        read = self._someone_reads()
-        snapshot = await self.build_snapshot(read)
-        self.endpoint.update(snapshot, fresh=read)
+        full = self._read_in_full()
+        live = full or self._exported()
+        snapshot = await self.build_snapshot(live, full)
+        self.endpoint.update(snapshot, fresh=full)
         self.profiling.on_snapshot(snapshot)
         self.hub.publish(snapshot, collect)
         return snapshot
@@ -225,29 +226,32 @@ class Daemon:
             or now - state.last_report_monotonic < self.config.agent_timeout_seconds
         }
 
-    def _someone_reads(self) -> bool:
-        """Will anyone read the next snapshot? Only then do the collectors refresh it."""
+    def _read_in_full(self) -> bool:
+        """Will a reader that shows every metric read the next snapshot? (See CollectContext.)"""
         return (
             self._seq == 0  # the first snapshot: every view and scrape starts from real readings
             or bool(self.hub.subscribers)
             or bool(self.hub.fresh_waiters)
             or self.endpoint.scrape_due()
-            or self.profiling.export_due(
-                bool(self._live_jobs(time.monotonic())), self.config.period_seconds
-            )
         )
 
-    async def build_snapshot(self, read: bool = True) -> Snapshot:
+    def _exported(self) -> bool:
+        """Will the TensorBoard export write the next snapshot?"""
+        has_jobs = bool(self._live_jobs(time.monotonic()))
+        return self.profiling.export_due(has_jobs, self.config.period_seconds)
+
+    async def build_snapshot(self, live: bool = True, full: bool = True) -> Snapshot:
+        """The next snapshot; ``live`` and ``full`` say who reads it (see CollectContext)."""
         now = time.monotonic()
-        live = self._live_jobs(now)
-        pids = tuple(sorted({state.pid for state in live.values()}))
+        jobs_live = self._live_jobs(now)
+        pids = tuple(sorted({state.pid for state in jobs_live.values()}))
         output, health = await self.runner.run_async(
-            CollectContext(pids=pids, monotonic=now, live=read)
+            CollectContext(pids=pids, monotonic=now, live=live, full=full)
         )
         # Streams may have closed while the collectors ran: the snapshot shows only the jobs
         # still connected, so that its job list and agents_connected agree.
         connected = self.hub.jobs
-        still_live = [state for stream_id, state in live.items() if stream_id in connected]
+        still_live = [state for stream_id, state in jobs_live.items() if stream_id in connected]
         jobs = tuple(
             self.builder.build(state, output.processes.get(state.pid))
             for state in sorted(still_live, key=lambda s: (s.job_name, s.pid))
