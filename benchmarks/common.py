@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import datetime as dt
 import os
 import platform
@@ -17,6 +18,17 @@ REPO = Path(__file__).resolve().parent.parent
 # The results page; elsewhere for a check that the benchmarks still run (tests, CI).
 RESULTS = Path(os.environ.get("XMON_BENCHMARK_RESULTS") or REPO / "docs" / "benchmarks.md")
 sys.path.insert(0, str(REPO / "tests"))  # reuse the real-process helpers of the e2e tests
+
+
+def compile_bytecode() -> None:
+    """Byte-compile xmon as installing it does, so that start-up and memory figures do not
+    include compiling its source (which a checkout run with PYTHONDONTWRITEBYTECODE=1 would
+    do at every start)."""
+    for package in ("xmon", "exporters"):
+        compileall.compile_dir(REPO / package, quiet=1)
+
+
+compile_bytecode()
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
