@@ -22,7 +22,13 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from xmon.collectors import CollectContext, CollectorOutput, CollectorRunner, registered
-from xmon.collectors.nvml import NvmlCollector, load_pynvml
+from xmon.collectors.nvml import (
+    NVML_LIBRARY,
+    NvmlCollector,
+    load_nvml,
+    load_pynvml,
+    nvml_library_loads,
+)
 from xmon.collectors.nvml_device import counter_rate, ratio, sum_known
 from xmon.exporters.prometheus import SnapshotCollector
 from xmon.model import (
@@ -72,8 +78,11 @@ def fixture_host() -> FakeNvml:
 # --- absent, for real ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "load", [load_nvml, load_pynvml], ids=["library-probe", "real-nvmlInit-fails"]
+)
 def test_real_pynvml_without_a_driver_is_absent_not_an_error(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, load: Any
 ) -> None:
     nv = load_pynvml()
     assert nv is not None and nv.__name__ == "pynvml"  # the real nvidia-ml-py
@@ -83,7 +92,7 @@ def test_real_pynvml_without_a_driver_is_absent_not_an_error(
         pytest.skip("NVML works on this machine: the absent path is not testable here")
     except nv.NVMLError:
         pass
-    collector = NvmlCollector()
+    collector = NvmlCollector(load=load)
     with caplog.at_level(logging.DEBUG, logger="xmon"):
         outputs = [collector.collect(CollectContext(monotonic=float(t))) for t in range(3)]
     assert all(o == CollectorOutput(present=False) for o in outputs)
@@ -96,7 +105,42 @@ def test_real_pynvml_without_a_driver_is_absent_not_an_error(
 def test_without_nvidia_ml_py_the_collector_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # what `import pynvml` meets when missing
     assert load_pynvml() is None
-    assert NvmlCollector().collect(CollectContext(monotonic=0.0)) == CollectorOutput(present=False)
+    collector = NvmlCollector(load=load_pynvml)  # as if a driver loaded, but no nvidia-ml-py
+    assert collector.collect(CollectContext(monotonic=0.0)) == CollectorOutput(present=False)
+
+
+def test_without_the_nvml_library_pynvml_is_never_imported() -> None:
+    if nvml_library_loads():
+        pytest.skip(f"{NVML_LIBRARY} loads on this machine")
+    code = (
+        "import sys\n"
+        "from xmon.collectors import CollectContext, CollectorRunner\n"
+        "runner = CollectorRunner(['nvml', 'host', 'tpu'], timeout=5.0)\n"
+        "for t in (0.0, 1.0, 120.0):\n"
+        "    output, health = runner.run(CollectContext(monotonic=t))\n"
+        "runner.close()\n"
+        "assert not [h for h in health if h.name == 'nvml' and h.present], health\n"
+        "assert 'pynvml' not in sys.modules, 'pynvml imported without an NVIDIA driver'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_nvml_is_loaded_again_after_the_retry_period() -> None:
+    nv = FakeNvml([h100(0)])
+    loaded: list[FakeNvml | None] = [None, nv]  # no driver yet, then one is installed
+    calls: list[float] = []
+
+    def load() -> FakeNvml | None:
+        calls.append(1.0)
+        return loaded[len(calls) - 1]
+
+    collector = NvmlCollector(retry_seconds=60.0, load=load)
+    assert not tick(collector, None, 0.0).present
+    assert not tick(collector, None, 30.0).present  # no second try before the retry period
+    assert len(calls) == 1
+    assert tick(collector, nv, 61.0).present
+    assert tick(collector, nv, 62.0).present and len(calls) == 2  # loaded once, then kept
+    collector.close()
 
 
 def test_registered_enabled_by_default_and_absent_in_the_runner() -> None:

@@ -7,14 +7,19 @@ processes with their memory. Static facts (name, UUID, PCI bus id, which optiona
 exist) are read once when NVML starts.
 
 Without the ``gpu`` extra, a driver or a GPU the collector reports itself not present (not an
-error) and tries NVML again every ``retry_seconds``. The NVML module is injectable, so the
-mapping is tested with a stand-in that keeps pynvml's names, structs and error classes.
+error) and tries NVML again every ``retry_seconds``. pynvml itself (~2.5 MiB once imported) is
+imported only once the driver's NVML library loads, so a host without NVIDIA GPUs, a TPU VM
+say, never carries it. The NVML module is injectable, so the mapping is tested with a stand-in
+that keeps pynvml's names, structs and error classes.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from xmon.collectors.base import CollectContext, CollectorOutput, register
@@ -26,12 +31,37 @@ RETRY_SECONDS = 60.0
 MAX_EVENTS_PER_TICK = 256  # XID storms must not hold up the tick
 
 
+NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml loads on Linux
+
+
 def load_pynvml() -> Any | None:
     """The pynvml module, or None without the ``gpu`` extra (pip install 'xmon[gpu]')."""
     try:
         return importlib.import_module("pynvml")
     except ImportError:
         return None
+
+
+def nvml_library_loads(name: str = NVML_LIBRARY) -> bool:
+    """Whether the driver's NVML library can be loaded, as pynvml's nvmlInit would load it."""
+    if sys.platform != "linux":
+        return True  # pynvml's own search (Windows paths) decides there
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        return False
+    return True
+
+
+def load_nvml() -> Any | None:
+    """pynvml once the driver's NVML library loads; None without a driver or nvidia-ml-py."""
+    if not nvml_library_loads():
+        log.debug("nvml: not available: %s cannot be loaded", NVML_LIBRARY)
+        return None
+    nv = load_pynvml()
+    if nv is None:
+        log.debug("nvml: not available: nvidia-ml-py is not installed")
+    return nv
 
 
 class XidEvents:
@@ -99,8 +129,14 @@ class NvmlCollector:
 
     name = "nvml"
 
-    def __init__(self, nv: Any = None, retry_seconds: float = RETRY_SECONDS) -> None:
-        self._nv = nv if nv is not None else load_pynvml()
+    def __init__(
+        self,
+        nv: Any = None,
+        retry_seconds: float = RETRY_SECONDS,
+        load: Callable[[], Any | None] = load_nvml,
+    ) -> None:
+        self._nv = nv  # None: ``load()`` at the next try
+        self._load = load
         self._retry_seconds = retry_seconds
         self._states: list[GpuState] | None = None  # None: NVML not started
         self._events: XidEvents | None = None
@@ -121,9 +157,13 @@ class NvmlCollector:
 
     def _start(self, now: float) -> bool:
         """Start NVML and open every GPU; False (retry later) where there is none."""
-        if self._nv is None or (self._next_try is not None and now < self._next_try):
+        if self._next_try is not None and now < self._next_try:
             return False
         self._next_try = now + self._retry_seconds
+        if self._nv is None:
+            self._nv = self._load()
+            if self._nv is None:
+                return False
         try:
             self._nv.nvmlInit()
         except self._nv.NVMLError as exc:  # no library, no driver, no permission
