@@ -143,24 +143,33 @@ def under_load(
 
 
 def grpc_floor(
-    workdir: Path, agents: int, rate: float, windows: int, seconds: float
-) -> list[float]:
-    """CPU of a server that only reads the same load (benchmarks/grpc_floor.py)."""
+    workdir: Path,
+    agents: int,
+    rate: float,
+    windows: int,
+    seconds: float,
+    libraries: list[str] | None = None,
+) -> dict[str, Any]:
+    """CPU and memory of a server that only reads the same load (benchmarks/grpc_floor.py);
+    ``libraries`` (``--libraries [TPU_ADDRESS]``) makes it hold the daemon's other libraries."""
     socket = workdir / f"floor{agents}x{rate:g}.sock"
     server = subprocess.Popen(
-        [sys.executable, str(REPO / "benchmarks" / "grpc_floor.py"), str(socket)],
+        [sys.executable, str(REPO / "benchmarks" / "grpc_floor.py"), str(socket),
+         *(libraries or ())],
         env=base_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "serving"
+        process = psutil.Process(server.pid)
         generator = load(socket, agents, rate, windows * seconds + 4)
         time.sleep(3)
-        cpu = cpu_windows(psutil.Process(server.pid), windows, seconds)
+        cpu = cpu_windows(process, windows, seconds)
         generator.communicate(timeout=windows * seconds + 60)
+        rss = memory(process)
     finally:
         server.kill()
         server.wait(10)
-    return cpu
+    return {"cpu": cpu, "rss": rss}
 
 
 def main(quick: bool = False) -> str:
@@ -185,7 +194,9 @@ def main(quick: bool = False) -> str:
             idle_daemon.stop()
         with_tpu = ["--no-collector.nvml", "--tpu-metrics-address", tpu.address]
         idle = under_load(workdir, 4, 1.0, windows, idle_seconds, with_tpu)
-        idle_floor = grpc_floor(workdir, 4, 1.0, windows, idle_seconds)
+        idle_floor = grpc_floor(
+            workdir, 4, 1.0, windows, idle_seconds, ["--libraries", tpu.address]
+        )
         fan_in = under_load(workdir, 64, 10.0, windows, seconds, no_hardware)
         floor = grpc_floor(workdir, 64, 10.0, windows, seconds)
     start = summary(starts)
@@ -199,12 +210,14 @@ def main(quick: bool = False) -> str:
         ["RSS idle, no agents", idle_rss, "< 50 MB"],
         ["CPU idle, 8 TPU devices (fake libtpu), 4 agents at 1 Hz", spread(idle["cpu"]),
          "< 0.5 %"],
-        ["same 4 agents on a grpc.aio server that only reads (`grpc_floor.py`)",
-         spread(idle_floor), ""],
+        ["same 4 agents on a grpc.aio server that only reads, holding the daemon's "
+         "libraries (`grpc_floor.py --libraries`)", spread(idle_floor["cpu"]), ""],
         ["RSS with 4 agents (TensorBoard writer loaded)", idle["rss"], "< 50 MB"],
+        ["RSS of that server: Python, gRPC (server and libtpu client), prometheus_client, "
+         "psutil, protobuf, before any xmon work", idle_floor["rss"], ""],
         ["CPU, 64 agents × 10 Hz", spread(fan_in["cpu"], 1), "< 10 %"],
-        ["same load on a grpc.aio server that only reads (`grpc_floor.py`)", spread(floor, 1),
-         ""],
+        ["same load on a grpc.aio server that only reads (`grpc_floor.py`)",
+         spread(floor["cpu"], 1), ""],
         [
             "reports sent / lost, 64 × 10 Hz",
             f"{fan_in['sent']:.0f} / {fan_in['lost']:.0f} "
