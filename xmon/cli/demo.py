@@ -1,7 +1,9 @@
 """``xmon demo``: a daemon plus a small JAX training job on CPU, to see xmon with no accelerator.
 
 Both run as child processes exactly as a user would run them (``xmon daemon`` and a job with
-the agent attached); Ctrl-C stops both.
+the agent attached); Ctrl-C stops both. The daemon listens on the default socket, so ``xmon
+top``, ``xmon ls`` and ``xmon monitor`` in another shell find it with no setting; where a
+daemon already listens there (or the path cannot be created), on one of its own.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +32,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--devices", type=int, default=4, help="virtual CPU devices (default 4)")
     parser.add_argument("--steps", type=int, default=0, help="training steps (0 = until Ctrl-C)")
-    parser.add_argument("--socket", help="daemon socket (default: a fresh temporary one)")
+    parser.add_argument(
+        "--socket",
+        help="daemon socket (default: the default socket, or a fresh temporary one where a "
+        "daemon already listens there)",
+    )
+
+
+def _listening(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _usable(path: Path) -> bool:
+    """Can the demo's daemon listen at ``path`` without taking it from another daemon?"""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except OSError:
+        return False
+    return os.access(path.parent, os.W_OK | os.X_OK) and not _listening(path)
+
+
+def demo_socket(requested: str | None, workdir: Path) -> tuple[Path, bool]:
+    """The socket for the demo's daemon, and whether it is the one every command finds."""
+    if requested:
+        path = Path(requested)
+        return path, path == paths.default_socket_path()
+    default = paths.default_socket_path()
+    if _usable(default):
+        return default, True
+    return workdir / "xmon.sock", False
 
 
 def _wait_for_socket(path: Path, daemon: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -58,9 +97,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"xmon demo: --devices must be 1-64, got {args.devices}", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="xmon-demo-"))
-    socket_path = Path(args.socket) if args.socket else workdir / "xmon.sock"
+    socket_path, found_by_default = demo_socket(args.socket, workdir)
     env = dict(os.environ, XMON_SOCKET=str(socket_path), XMON_PEAKS=json.dumps(DEMO_CPU_PEAK))
     env.setdefault("XMON_LOGDIR", str(workdir / "tensorboard"))
+    views = "" if found_by_default else f"XMON_SOCKET={socket_path} "
     daemon_cmd = [sys.executable, "-m", "xmon", "daemon", "--listen", args.listen]
     daemon = subprocess.Popen(daemon_cmd, env=env)
     job = None
@@ -75,7 +115,9 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"\nxmon demo: a JAX job on {args.devices} CPU devices reports to the daemon.\n"
             f"  metrics:  curl -s http://{host or 'localhost'}:{port}/metrics | grep xmon_job_\n"
-            f"  socket:   export XMON_SOCKET={socket_path}\n"
+            f"  views:    {views}xmon top  |  {views}xmon ls  |  {views}xmon monitor\n"
+            f"  traces:   {views}xmon capture --job demo --duration 2s; then\n"
+            f"            xprof server --logdir {env['XMON_LOGDIR']} --port 8791\n"
             "  Ctrl-C stops the demo.\n",
             flush=True,
         )
