@@ -131,6 +131,7 @@ def test_second_capture_of_the_same_job_is_busy(setup) -> None:
         (("--pid", "1"), 1, "xmon capture: no job with pid 1; attached: capjob"),
         (("--duration", "20m"), 1, "xmon capture: duration must be between 0.05 s and 300 s"),
         (("--duration", "1ms"), 1, "xmon capture: duration must be between 0.05 s and 300 s"),
+        (("--duration", "9999999s"), 1, "xmon capture: duration must be between 0.05 s and 300"),
         (("--duration", "soon"), 2, "xmon capture: --duration: expected a duration like 3s"),
         (("--duration", "0"), 2, "xmon capture: --duration: must be longer than 0"),
     ],

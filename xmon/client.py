@@ -21,6 +21,7 @@ from xmon.proto import xmon_pb2, xmon_pb2_grpc
 Reply = TypeVar("Reply")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+UINT32_MAX = 2**32 - 1  # duration_ms is a uint32 on the wire
 
 
 class DaemonUnavailable(RuntimeError):
@@ -151,7 +152,7 @@ class DaemonClient:
             protocol_version=xmon_pb2.PROTOCOL_VERSION,
             job_name=job_name or "",
             pid=job_pid or 0,
-            duration_ms=max(0, round(duration_s * 1000)),
+            duration_ms=min(max(0, round(duration_s * 1000)), UINT32_MAX),  # daemon refuses
             log_dir=str(Path(log_dir).expanduser().absolute()) if log_dir else "",
             memory_profile=memory,
         )
