@@ -168,23 +168,3 @@ register = REGISTRY.register
 registered = REGISTRY.registered
 add_collector_flags = REGISTRY.add_collector_flags
 enabled_collectors = REGISTRY.enabled_collectors
-
-# The runner lives in runner.py to keep modules small; it is re-exported here (and from the
-# package) so ``from xmon.collectors.base import CollectorRunner`` keeps working. Imported
-# last because runner.py itself imports the names above.
-from xmon.collectors.runner import CollectorRunner, merge_outputs  # noqa: E402
-
-__all__ = [
-    "REGISTRY",
-    "CollectContext",
-    "Collector",
-    "CollectorOutput",
-    "CollectorRegistration",
-    "CollectorRegistry",
-    "CollectorRunner",
-    "add_collector_flags",
-    "enabled_collectors",
-    "merge_outputs",
-    "register",
-    "registered",
-]

@@ -17,7 +17,8 @@ from pathlib import Path
 import grpc
 
 from xmon import __version__
-from xmon.collectors.base import CollectContext, CollectorRunner
+from xmon.collectors.base import CollectContext
+from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import memory
 from xmon.daemon.jobs import JobBuilder, JobState
