@@ -3,12 +3,17 @@
 Runs are interleaved (off, 1 Hz, 10 Hz, off, ...) in separate processes against a real daemon,
 and compared as ratios of medians from the same run. Each step blocks on its result so the
 measured time is the real step time. Device synchronisations made by xmon's own threads are
-counted with a thread profile hook on every C call whose name is a synchronising jax.Array
-method (budget: 0).
+counted by wrapping every synchronising jax.Array method (budget: 0).
+
+    python benchmarks/agent_overhead.py [--quick] [--platform cpu|gpu]
+
+On a GPU (``--platform gpu``) the model is scaled up (4096² bf16 layers, batch 4096) so a step
+is device work, not dispatch, and the results go to their own section.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -42,12 +47,14 @@ for _name in SYNCING:
 _value_getter = ArrayImpl._value.fget
 ArrayImpl._value = property(_counting("_value", _value_getter))
 mode, period, steps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+width, batch, dtype = int(sys.argv[4]), int(sys.argv[5]), getattr(jnp, sys.argv[6])
 import xmon
 if mode == "on":
     xmon.attach(job_name="bench", period=period)
 key = jax.random.key(0)
-w1 = jax.random.normal(key, (512, 512)); w2 = jax.random.normal(key, (512, 512))
-x = jax.random.normal(key, (256, 512))
+w1 = jax.random.normal(key, (width, width), dtype)
+w2 = jax.random.normal(key, (width, width), dtype)
+x = jax.random.normal(key, (batch, width), dtype)
 @jax.jit
 def train_step(w1, w2, x):
     def loss(w1, w2):
@@ -90,12 +97,22 @@ print(json.dumps({"times": times, "syncs": syncs, "canary": canary_syncs,
 """
 
 
-def run_once(workdir: Path, socket: Path, mode: str, period: float, steps: int) -> dict:
+# platform -> (JAX_PLATFORMS, layer width, batch, dtype, what the results call the model)
+MODELS = {
+    "cpu": ("cpu", 512, 256, "float32", "2×512² layers, batch 256, f32, CPU"),
+    "gpu": ("cuda", 4096, 4096, "bfloat16", "2×4096² layers, batch 4096, bf16, GPU"),
+}
+
+
+def run_once(
+    workdir: Path, socket: Path, mode: str, period: float, steps: int, platform: str
+) -> dict:
     script = workdir / "job.py"
     script.write_text(JOB)
-    env = base_env(XMON_SOCKET=str(socket), JAX_PLATFORMS="cpu", XMON_QUIET="1")
+    jax_platforms, width, batch, dtype, _ = MODELS[platform]
+    env = base_env(XMON_SOCKET=str(socket), JAX_PLATFORMS=jax_platforms, XMON_QUIET="1")
     result = subprocess.run(
-        [sys.executable, str(script), mode, str(period), str(steps)],
+        [sys.executable, str(script), mode, str(period), str(steps), str(width), str(batch), dtype],
         capture_output=True,
         text=True,
         env=env,
@@ -105,7 +122,7 @@ def run_once(workdir: Path, socket: Path, mode: str, period: float, steps: int) 
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main(quick: bool = False) -> str:
+def main(quick: bool = False, platform: str = "cpu") -> str:
     repetitions, steps = (1, 100) if quick else (5, 1500)
     modes = [("off", 1.0), ("on", 1.0), ("on", 0.1)]
     per_mode: dict[str, list[float]] = {f"{m}@{p}": [] for m, p in modes}
@@ -118,7 +135,7 @@ def main(quick: bool = False) -> str:
         try:
             for _ in range(repetitions):
                 for mode, period in modes:
-                    out = run_once(Path(tmp), daemon.socket_path, mode, period, steps)
+                    out = run_once(Path(tmp), daemon.socket_path, mode, period, steps, platform)
                     key = f"{mode}@{period}"
                     per_mode[key].append(summary(out["times"])["median"])
                     busy[key].append(out["busy"] / out["elapsed"])
@@ -151,8 +168,8 @@ def main(quick: bool = False) -> str:
             ]
         )
     body = (
-        f"## Agent overhead\n\n{today()} — {machine()}\n\n"
-        f"MLP training step (2×512² layers, batch 256, CPU), {repetitions} interleaved runs × "
+        f"## Agent overhead{' (GPU)' if platform == 'gpu' else ''}\n\n{today()} — {machine()}\n\n"
+        f"MLP training step ({MODELS[platform][4]}), {repetitions} interleaved runs × "
         f"{steps} steps per mode, each run's median step time; overhead is the median of run "
         "medians relative to no agent; each run starts timing once the agent has sent its "
         "first report (the one-off catalogue of compiled programs). Measured directly, in the "
@@ -179,9 +196,13 @@ def main(quick: bool = False) -> str:
         "to record calls from xmon's threads; a canary thread that does synchronise was "
         f"detected in {sum(1 for c in canaries if c)} of {len(canaries)} runs.\n"
     )
-    write_section("agent-overhead", body)
+    write_section("agent-overhead" if platform == "cpu" else f"agent-overhead-{platform}", body)
     return body
 
 
 if __name__ == "__main__":
-    print(main(quick="--quick" in sys.argv))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one short run: checks it works")
+    parser.add_argument("--platform", choices=sorted(MODELS), default="cpu")
+    args = parser.parse_args()
+    print(main(quick=args.quick, platform=args.platform))
