@@ -185,11 +185,17 @@ def main(quick: bool = False) -> str:
             rows.append(
                 ["xmon", n, f"{interval:g} s", f"{s['median'] * 1e3:.1f}", f"{s['p99'] * 1e3:.1f}"]
             )
+    if shutil.which("prometheus-node-exporter") or shutil.which("node_exporter"):
+        node_note = "node_exporter (Debian's prometheus-node-exporter) scraped in the same run."
+    else:
+        node_note = (
+            "**node_exporter was not installed** (Debian: `apt-get install "
+            "prometheus-node-exporter`), so this run has no comparison."
+        )
     body = (
         f"## Scrape latency\n\n{today()} — {machine()}\n\n"
         f"{scrapes} gzip scrapes per row over HTTP on loopback, snapshots published every 1 s; "
-        "node_exporter 1.5 (Debian) scraped in the same run.\n\n"
-        + table(["exporter", "series", "scrape every", "p50 ms", "p99 ms"], rows)
+        f"{node_note}\n\n" + table(["exporter", "series", "scrape every", "p50 ms", "p99 ms"], rows)
     )
     write_section("scrape-latency", body)
     return body
