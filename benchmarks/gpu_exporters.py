@@ -23,12 +23,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from common import machine, summary, table, today, write_section
-from daemon_cost import scraped_every
+from daemon_cost import memory, scraped_every, spread
 from procs import Proc, base_env, free_port, spawn, start_daemon, wait_for
 from scrape_latency import count_series, scrape
 
@@ -106,7 +105,7 @@ def measure(other: list[str], quick: bool) -> tuple[list[list[object]], str]:
             for every in (15.0, 1.0):
                 with scraped_every(urls["xmon"], every), scraped_every(urls["other"], every):
                     cpu[every] = cpu_side_by_side(processes, windows, seconds)
-            rss = {name: p.memory_full_info() for name, p in processes.items()}
+            rss = {name: memory(process) for name, process in processes.items()}
             latency = scrape_side_by_side(urls, scrapes, 0.25 if quick else 1.0)
         finally:
             other_proc.stop()
@@ -116,10 +115,10 @@ def measure(other: list[str], quick: bool) -> tuple[list[list[object]], str]:
         budget = "≤ half of its" if every == 15.0 else ""
         rows.append(
             [f"CPU idle, 1 s updates, scraped every {every:g} s"]
-            + [_spread(by_name[name]) for name in ("xmon", "other")]
+            + [spread(by_name[name]) for name in ("xmon", "other")]
             + [budget]
         )
-    rows.append(["RSS (USS)"] + [_memory(rss[name]) for name in ("xmon", "other")] + ["below its"])
+    rows.append(["RSS (USS)", rss["xmon"], rss["other"], "below its"])
     for stat in ("median", "p99"):
         rows.append(
             [f"scrape {stat} (gzip)"]
@@ -128,15 +127,6 @@ def measure(other: list[str], quick: bool) -> tuple[list[list[object]], str]:
         )
     note = f"{windows} windows of {seconds:g} s per row, {scrapes} scrapes each"
     return rows, note
-
-
-def _spread(values: list[float]) -> str:
-    s = summary(values)
-    return f"{s['median']:.2f} % ({s['min']:.2f}-{s['max']:.2f})"
-
-
-def _memory(info: Any) -> str:  # psutil's pfullmem
-    return f"{info.rss / 2**20:.1f} MiB ({info.uss / 2**20:.1f})"
 
 
 def main() -> int:

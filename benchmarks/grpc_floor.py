@@ -82,7 +82,6 @@ if __name__ == "__main__":
     from xmon.daemon import memory
 
     memory.limit_arenas()  # as the daemon does, so the floor differs from it by xmon's work
-    held = None
-    if "--libraries" in sys.argv[2:3]:
-        held = hold_libraries(sys.argv[3] if len(sys.argv) > 3 else None)
+    libraries = "--libraries" in sys.argv[2:3]
+    held = hold_libraries(sys.argv[3] if len(sys.argv) > 3 else None) if libraries else []
     asyncio.run(serve(sys.argv[1]))

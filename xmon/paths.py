@@ -6,6 +6,7 @@ Every function takes the environment as an argument so tests never patch os.envi
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -47,3 +48,16 @@ def default_logdir(env: Mapping[str, str] | None = None) -> Path:
 
 def grpc_target(socket_path: Path) -> str:
     return f"unix://{socket_path.resolve() if not socket_path.is_absolute() else socket_path}"
+
+
+def someone_listens(socket_path: Path, timeout: float = 0.5) -> bool:
+    """Whether a server accepts connections on this unix socket (a stale file answers no)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(timeout)
+        probe.connect(str(socket_path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,25 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _listening(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(0.5)
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
-
 def _usable(path: Path) -> bool:
     """Can the demo's daemon listen at ``path`` without taking it from another daemon?"""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     except OSError:
         return False
-    return os.access(path.parent, os.W_OK | os.X_OK) and not _listening(path)
+    return os.access(path.parent, os.W_OK | os.X_OK) and not paths.someone_listens(path)
 
 
 def demo_socket(requested: str | None, workdir: Path) -> tuple[Path, bool]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 
-from xmon import __version__
+from xmon import __version__, paths
 from xmon.collectors.base import CollectContext
 from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
@@ -63,15 +63,9 @@ def prepare_socket(path: Path) -> None:
         raise DaemonError(f"cannot create socket directory {path.parent}: {exc.strerror}") from exc
     if not path.exists() and not path.is_symlink():
         return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(0.5)
-        probe.connect(str(path))
-    except OSError:
-        path.unlink()  # nobody listens: left over from a daemon that died
+    if not paths.someone_listens(path):
+        path.unlink()  # left over from a daemon that died
         return
-    finally:
-        probe.close()
     raise DaemonError(f"another xmon daemon is already listening on {path} (use --socket)")
 
 
