@@ -103,6 +103,9 @@ class JobDevice:
 
     info: DeviceInfo
     memory: DeviceMemory
+    # Share of the sampled time this device ran the job's programs (the execution ledger:
+    # union of its XLA op intervals in the profiler samples). None before any sample.
+    busy_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,11 +185,17 @@ class Program:
     fingerprint: str
     name: str  # HLO module name, e.g. "jit_train_step"
     fun_name: str | None = None  # as jax.monitoring names it, e.g. "jit(train_step)"
-    flops: float | None = None  # best estimate: XLA's count plus GEMM custom-calls it omits
-    flops_xla: float | None = None  # Compiled.cost_analysis()["flops"] as reported
+    # Best estimate of one execution, per device: XLA's count with every while-loop body
+    # counted once per trip (xmon.execution.loop_cost), plus GEMM custom-calls it omits.
+    flops: float | None = None
+    flops_xla: float | None = None  # Compiled.cost_analysis()["flops"] as reported (bodies once)
     custom_call_flops: float | None = None  # GEMM custom-calls counted from optimized HLO
     transcendentals: float | None = None
-    bytes_accessed: float | None = None
+    bytes_accessed: float | None = None  # loop-aware, like flops
+    bytes_accessed_xla: float | None = None  # cost_analysis()["bytes accessed"] as reported
+    flops_lower_bound: bool = False  # a loop of unknown trip count: costs are lower bounds
+    loops: int = 0  # while loops in the optimized HLO
+    loops_unknown_trip_count: int = 0
     argument_bytes: int | None = None
     output_bytes: int | None = None
     alias_bytes: int | None = None
@@ -209,6 +218,9 @@ class Program:
     executions_per_second: float | None = None  # executions / executions_window_seconds
     executions_window_seconds: float | None = None  # how long that trace recorded
     executions_counted_at: float | None = None  # wall clock when that trace ended
+    executions_source: str | None = None  # "ledger" (sampled) | "capture" (a full trace)
+    # Mean device time of one execution on one device, from the same samples.
+    device_seconds_per_execution: float | None = None
 
 
 @dataclass(frozen=True)
@@ -246,22 +258,36 @@ class StepStats:
     p90_step_seconds: float | None = None
     p99_step_seconds: float | None = None
     steps_per_second: float | None = None
-    flops_per_step: float | None = None  # all devices of the job together
+    # Hardware FLOPs per step, all devices together: programs' loop-aware FLOPs times their
+    # executions per step in the execution ledger (so warm-up-compiled, AOT, repeated and
+    # every-N-steps programs all count).
+    flops_per_step: float | None = None
     bytes_per_step: float | None = None
+    model_flops_per_step: float | None = None  # declared by the user (xmon.step / attach)
+    tokens_per_step: float | None = None  # declared with the model FLOPs
     window: tuple[float, ...] = ()  # recent step durations (bounded), newest last
+    # No step markers: steps are the executions of the dominant repeated program (as XProf
+    # does without step annotations). Markers win when present.
+    inferred: bool = False
+    inferred_from: str | None = None  # that program's name
 
 
 @dataclass(frozen=True)
 class Utilization:
     """Derived live efficiency of a job (see xmon.derived)."""
 
-    achieved_flops_per_second: float | None = None
+    achieved_flops_per_second: float | None = None  # hardware FLOP/s (XLA's loop-aware count)
     achieved_bytes_per_second: float | None = None
+    achieved_model_flops_per_second: float | None = None  # declared model FLOPs x steps/s
     peak_flops_per_second: float | None = None  # all devices of the job together
     peak_bytes_per_second: float | None = None
+    # MFU: declared model FLOPs (e.g. 6 N tokens) per second over peak (PaLM's definition);
+    # None without a declaration. HFU: the FLOPs XLA counts (remat, optimizer included).
     model_flops_utilization_ratio: float | None = None
+    hardware_flops_utilization_ratio: float | None = None
     memory_bandwidth_utilization_ratio: float | None = None
     flops_lower_bound: bool = False  # some program's FLOPs could not be fully counted
+    tokens_per_second: float | None = None
 
 
 @dataclass(frozen=True)
@@ -283,6 +309,19 @@ class AgentHealth:
     events_dropped_total: int = 0
     reconnects_total: int = 0
     overhead_seconds_total: float = 0.0  # time spent in the agent's own thread
+    ledger_samples_total: int = 0  # execution samples taken (profiler sessions in memory)
+    ledger_samples_skipped_total: int = 0  # not taken: profiler busy, or sample too large
+
+
+@dataclass(frozen=True)
+class LedgerStats:
+    """The execution ledger of a job as the daemon holds it (xmon.execution.ledger)."""
+
+    samples: int = 0  # samples in the window the rates come from
+    sampled_seconds: float = 0.0  # profiler time those samples cover
+    window_seconds: float = 0.0  # wall time from the first to the last of them
+    last_sample_at: float | None = None  # wall clock
+    parse_errors_total: int = 0  # samples the daemon could not read
 
 
 @dataclass(frozen=True)
@@ -308,6 +347,7 @@ class Job:
     process: ProcessSample | None = None
     agent: AgentHealth = field(default_factory=AgentHealth)
     captures: tuple[CaptureCount, ...] = ()  # traces and memory profiles the daemon asked for
+    ledger: LedgerStats = field(default_factory=LedgerStats)
 
 
 @dataclass(frozen=True)

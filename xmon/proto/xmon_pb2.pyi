@@ -114,7 +114,7 @@ class CompileCounters(_message.Message):
     def __init__(self, compiles_total: _Optional[int] = ..., recompiles_total: _Optional[int] = ..., backend_compile_seconds_total: _Optional[float] = ..., trace_seconds_total: _Optional[float] = ..., lowering_seconds_total: _Optional[float] = ..., cache_requests_total: _Optional[int] = ..., cache_hits_total: _Optional[int] = ..., cache_misses_total: _Optional[int] = ...) -> None: ...
 
 class ProgramInfo(_message.Message):
-    __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids")
+    __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids", "bytes_accessed_xla", "flops_lower_bound", "loops", "loops_unknown_trip_count")
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     FUN_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,10 @@ class ProgramInfo(_message.Message):
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
     IN_STEP_FIELD_NUMBER: _ClassVar[int]
     PROGRAM_IDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_ACCESSED_XLA_FIELD_NUMBER: _ClassVar[int]
+    FLOPS_LOWER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    LOOPS_FIELD_NUMBER: _ClassVar[int]
+    LOOPS_UNKNOWN_TRIP_COUNT_FIELD_NUMBER: _ClassVar[int]
     fingerprint: str
     name: str
     fun_name: str
@@ -155,35 +159,59 @@ class ProgramInfo(_message.Message):
     cache_hit: bool
     in_step: bool
     program_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, fingerprint: _Optional[str] = ..., name: _Optional[str] = ..., fun_name: _Optional[str] = ..., flops: _Optional[float] = ..., flops_xla: _Optional[float] = ..., custom_call_flops: _Optional[float] = ..., transcendentals: _Optional[float] = ..., bytes_accessed: _Optional[float] = ..., argument_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., alias_bytes: _Optional[int] = ..., temp_bytes: _Optional[int] = ..., generated_code_bytes: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., num_devices: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., compiled_at: _Optional[float] = ..., cache_hit: _Optional[bool] = ..., in_step: _Optional[bool] = ..., program_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    bytes_accessed_xla: float
+    flops_lower_bound: bool
+    loops: int
+    loops_unknown_trip_count: int
+    def __init__(self, fingerprint: _Optional[str] = ..., name: _Optional[str] = ..., fun_name: _Optional[str] = ..., flops: _Optional[float] = ..., flops_xla: _Optional[float] = ..., custom_call_flops: _Optional[float] = ..., transcendentals: _Optional[float] = ..., bytes_accessed: _Optional[float] = ..., argument_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., alias_bytes: _Optional[int] = ..., temp_bytes: _Optional[int] = ..., generated_code_bytes: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., num_devices: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., compiled_at: _Optional[float] = ..., cache_hit: _Optional[bool] = ..., in_step: _Optional[bool] = ..., program_ids: _Optional[_Iterable[int]] = ..., bytes_accessed_xla: _Optional[float] = ..., flops_lower_bound: _Optional[bool] = ..., loops: _Optional[int] = ..., loops_unknown_trip_count: _Optional[int] = ...) -> None: ...
 
 class StepCounters(_message.Message):
-    __slots__ = ("steps_total", "step_seconds_total", "recent_step_seconds", "flops_per_step", "bytes_per_step")
+    __slots__ = ("steps_total", "step_seconds_total", "recent_step_seconds", "flops_per_step", "bytes_per_step", "tokens_per_step")
     STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RECENT_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FLOPS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     BYTES_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     steps_total: int
     step_seconds_total: float
     recent_step_seconds: _containers.RepeatedScalarFieldContainer[float]
     flops_per_step: float
     bytes_per_step: float
-    def __init__(self, steps_total: _Optional[int] = ..., step_seconds_total: _Optional[float] = ..., recent_step_seconds: _Optional[_Iterable[float]] = ..., flops_per_step: _Optional[float] = ..., bytes_per_step: _Optional[float] = ...) -> None: ...
+    tokens_per_step: float
+    def __init__(self, steps_total: _Optional[int] = ..., step_seconds_total: _Optional[float] = ..., recent_step_seconds: _Optional[_Iterable[float]] = ..., flops_per_step: _Optional[float] = ..., bytes_per_step: _Optional[float] = ..., tokens_per_step: _Optional[float] = ...) -> None: ...
 
 class AgentCounters(_message.Message):
-    __slots__ = ("reports_sent_total", "reports_dropped_total", "events_dropped_total", "reconnects_total", "overhead_seconds_total")
+    __slots__ = ("reports_sent_total", "reports_dropped_total", "events_dropped_total", "reconnects_total", "overhead_seconds_total", "ledger_samples_total", "ledger_samples_skipped_total")
     REPORTS_SENT_TOTAL_FIELD_NUMBER: _ClassVar[int]
     REPORTS_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EVENTS_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RECONNECTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     OVERHEAD_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_SAMPLES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_SAMPLES_SKIPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     reports_sent_total: int
     reports_dropped_total: int
     events_dropped_total: int
     reconnects_total: int
     overhead_seconds_total: float
-    def __init__(self, reports_sent_total: _Optional[int] = ..., reports_dropped_total: _Optional[int] = ..., events_dropped_total: _Optional[int] = ..., reconnects_total: _Optional[int] = ..., overhead_seconds_total: _Optional[float] = ...) -> None: ...
+    ledger_samples_total: int
+    ledger_samples_skipped_total: int
+    def __init__(self, reports_sent_total: _Optional[int] = ..., reports_dropped_total: _Optional[int] = ..., events_dropped_total: _Optional[int] = ..., reconnects_total: _Optional[int] = ..., overhead_seconds_total: _Optional[float] = ..., ledger_samples_total: _Optional[int] = ..., ledger_samples_skipped_total: _Optional[int] = ...) -> None: ...
+
+class ExecutionSample(_message.Message):
+    __slots__ = ("started_at", "duration_seconds", "xspace", "steps_begun", "steps_marked")
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    XSPACE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_BEGUN_FIELD_NUMBER: _ClassVar[int]
+    STEPS_MARKED_FIELD_NUMBER: _ClassVar[int]
+    started_at: float
+    duration_seconds: float
+    xspace: bytes
+    steps_begun: int
+    steps_marked: bool
+    def __init__(self, started_at: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., xspace: _Optional[bytes] = ..., steps_begun: _Optional[int] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
 
 class AgentReport(_message.Message):
     __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform")
@@ -228,14 +256,16 @@ class CommandResult(_message.Message):
     def __init__(self, command_id: _Optional[int] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ..., paths: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., hlo_gzip: _Optional[bytes] = ..., traced_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "report", "result")
+    __slots__ = ("hello", "report", "result", "execution_sample")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     hello: AgentHello
     report: AgentReport
     result: CommandResult
-    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ...) -> None: ...
+    execution_sample: ExecutionSample
+    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "daemon_version", "period_seconds")
