@@ -1,5 +1,5 @@
 """Counting program executions in traces built with the XSpace stubs, the files' guards, and
-how the counts reach a job's programs (xmon.daemon.xplane_counts, xmon.daemon.executions)."""
+how the counts reach a job's programs (xmon.execution.xplane, xmon.daemon.executions)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xmon.daemon.executions import ExecutionTracker, TraceExecutions, with_executions
-from xmon.daemon.xplane_counts import TraceUnreadable, count_executions, count_files, read_space
+from xmon.execution.xplane import TraceUnreadable, count_executions, count_files, read_space
 from xmon.model import Job, Program
 from xmon.proto import xplane_pb2 as xp
 

@@ -15,7 +15,7 @@ import xmon
 from xmon.agent.compiles import MAX_PROGRAM_IDS
 from xmon.agent.core import Agent
 from xmon.agent.hlo_store import hlo_module_id, module_ids
-from xmon.daemon.xplane_counts import count_files
+from xmon.execution.xplane import count_files
 
 
 @pytest.fixture

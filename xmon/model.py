@@ -322,6 +322,7 @@ class LedgerStats:
     window_seconds: float = 0.0  # wall time from the first to the last of them
     last_sample_at: float | None = None  # wall clock
     parse_errors_total: int = 0  # samples the daemon could not read
+    samples_dropped_total: int = 0  # arrived while one was being read, or over the size cap
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Nothing in the job counts dispatches (that would cost the job on every call). Instead, after a
 trace capture (``xmon capture`` or a triggered one) the daemon reads the trace the job wrote and
-counts each program's executions in it (xmon.daemon.xplane_counts), in a worker thread, and
+counts each program's executions in it (xmon.execution.xplane), in a worker thread, and
 keeps per job the counts by HLO module id with how long the trace recorded. Each snapshot then
 maps the ids to the job's programs (``Program.program_ids``, which the agent reports). Reading
 is best effort: a trace that cannot be read is logged and the previous counts stay; the capture
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmon.daemon.xplane_counts import DEFAULT_MAX_BYTES, TraceUnreadable, count_files
+from xmon.execution.xplane import DEFAULT_MAX_BYTES, TraceUnreadable, count_files
 from xmon.model import Job, Program
 
 log = logging.getLogger("xmon.daemon")

@@ -1,0 +1,161 @@
+"""Executions per program counted in a captured trace (the XSpace in ``<host>.xplane.pb``).
+
+XLA's profiler tags what it records of one execution with the stats ``program_id`` (the HLO
+module's id, ``HloModuleProto.id``) and ``run_id`` (one per execution, shared by every device
+of a multi-device launch). So the executions of a program are its distinct run ids, over every
+plane of the trace. GPU device planes also have an "XLA Modules" line with one event per
+execution; where those events carry no run id, the plane with the most of them gives the count
+(each device runs the program once per execution).
+
+A stat sits on the event or on the event's metadata (shared by all its events); its name is
+``stat_metadata[metadata_id].name``; an id may arrive as int64, uint64, a decimal string, or a
+``ref_value`` naming another stat metadata whose name is the value.
+
+Counting is separated from reading the file, so tests build traces with the stubs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+
+from xmon.proto import xplane_pb2
+
+PROGRAM_ID = "program_id"
+RUN_ID = "run_id"
+MODULES_LINE = "XLA Modules"
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+
+class TraceUnreadable(Exception):
+    """A trace file the daemon cannot count: missing, too large, outside its run, not a trace."""
+
+
+class ExecutionCounter:
+    """Accumulates the executions of every program over the spaces (files) of one capture."""
+
+    def __init__(self) -> None:
+        self._runs: defaultdict[int, set[int]] = defaultdict(set)
+        self._module_events: dict[int, int] = {}  # per program: most events on one plane
+
+    def add(self, space: xplane_pb2.XSpace) -> None:
+        for plane in space.planes:
+            self._add_plane(plane)
+
+    def counts(self) -> dict[int, int]:
+        """Executions by program id."""
+        programs = set(self._runs) | set(self._module_events)
+        return {p: max(len(self._runs.get(p, ())), self._module_events.get(p, 0)) for p in programs}
+
+    def _add_plane(self, plane: xplane_pb2.XPlane) -> None:
+        names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        program_stat = _stat_id(names, PROGRAM_ID)
+        if program_stat is None:
+            return  # a plane without programs (python, host threads): skip its events fast
+        wanted = (program_stat, _stat_id(names, RUN_ID))
+        shared = {
+            key: ids
+            for key, meta in plane.event_metadata.items()
+            if (ids := _ids(meta.stats, wanted, names, (None, None))) != (None, None)
+        }
+        module_events: Counter[int] = Counter()
+        for line in plane.lines:
+            on_modules_line = line.name == MODULES_LINE
+            for event in line.events:
+                base = shared.get(event.metadata_id, (None, None))
+                program, run = _ids(event.stats, wanted, names, base) if event.stats else base
+                if program is None:
+                    continue
+                if run is not None:
+                    self._runs[program].add(run)
+                elif on_modules_line:
+                    module_events[program] += max(1, event.num_occurrences)
+        for program, n in module_events.items():
+            self._module_events[program] = max(self._module_events.get(program, 0), n)
+
+
+def count_executions(spaces: Iterable[xplane_pb2.XSpace]) -> dict[int, int]:
+    counter = ExecutionCounter()
+    for space in spaces:
+        counter.add(space)
+    return counter.counts()
+
+
+def _stat_id(names: Mapping[int, str], name: str) -> int | None:
+    return next((key for key, value in names.items() if value == name), None)
+
+
+def _ids(
+    stats: Iterable[xplane_pb2.XStat],
+    wanted: tuple[int, int | None],
+    names: Mapping[int, str],
+    base: tuple[int | None, int | None],
+) -> tuple[int | None, int | None]:
+    """(program id, run id) from ``stats``; what they lack comes from ``base`` (the metadata)."""
+    program, run = base
+    for item in stats:
+        if item.metadata_id == wanted[0]:
+            program = _int_value(item, names)
+        elif item.metadata_id == wanted[1]:
+            run = _int_value(item, names)
+    return program, run
+
+
+def _int_value(item: xplane_pb2.XStat, names: Mapping[int, str]) -> int | None:
+    kind = item.WhichOneof("value")
+    if kind in ("int64_value", "uint64_value"):
+        return int(getattr(item, kind))
+    text = item.str_value if kind == "str_value" else None
+    if kind == "ref_value":
+        text = names.get(item.ref_value)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def read_space(path: Path, within: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> xplane_pb2.XSpace:
+    """Parse one trace file, which must be a regular ``.xplane.pb`` inside ``within`` (the
+    capture's run directory: the path comes from the job, and the daemon may run as root)."""
+    if not path.name.endswith(".xplane.pb"):
+        raise TraceUnreadable(f"{path} is not an .xplane.pb file")
+    try:
+        if not path.resolve().is_relative_to(within.resolve()):
+            raise TraceUnreadable(f"{path} is outside the capture's directory {within}")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise TraceUnreadable(f"cannot open {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceUnreadable(f"{path} is not a regular file")
+        if info.st_size > max_bytes:
+            raise TraceUnreadable(
+                f"{path} has {info.st_size} bytes, more than the {max_bytes} counted"
+            )
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise TraceUnreadable(f"{path} grew past the {max_bytes} bytes counted")
+    try:
+        return xplane_pb2.XSpace.FromString(data)
+    except DecodeError as exc:
+        raise TraceUnreadable(f"{path} is not a readable trace: {exc}") from None
+
+
+def count_files(
+    paths: Iterable[str], within: Path, max_bytes: int = DEFAULT_MAX_BYTES
+) -> dict[int, int]:
+    """Executions by program id over the trace files of one capture (blocking: run it in a
+    worker thread). Raises TraceUnreadable naming the file."""
+    counter = ExecutionCounter()
+    for path in paths:
+        counter.add(read_space(Path(path), within, max_bytes))
+    return counter.counts()
