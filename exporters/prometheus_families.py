@@ -20,12 +20,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME, MetricSpec
+from xmon.metrics import LABEL_VALUE_MAX, METRICS, SPEC_BY_NAME, MetricSpec
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
 
+from .prometheus_execution import add_ledger_series, add_step_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
-from .prometheus_programs import PROGRAM_VALUES, rank_programs
+from .prometheus_programs import add_program_series
 from .prometheus_tpu import add_runtime_series, add_tpu_series
 
 Number = int | float
@@ -231,9 +232,10 @@ def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
     b.add("xmon_job_start_time_seconds", key, job.started_at or None)
     _job_devices(b, job, key)
     _job_compile(b, job, key)
-    _job_programs(b, job, key, program_limit)
-    _job_steps(b, job, key)
+    add_program_series(b, job, key, program_limit)
+    add_step_series(b, job, key)
     _job_process_and_agent(b, job, key)
+    add_ledger_series(b, job, key)
 
 
 def _job_devices(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
@@ -248,6 +250,7 @@ def _job_devices(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
         )  # fmt: skip
         for name, get in _MEMORY:
             b.add(name, dev, get(jd.memory))
+        b.add("xmon_job_device_busy_ratio", dev, jd.busy_ratio)
 
 
 def _job_compile(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
@@ -266,24 +269,6 @@ def _job_compile(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
     b.add("xmon_job_compilation_cache_misses_total", key, c.cache_misses_total)
 
 
-def _job_steps(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
-    s, u = job.steps, job.utilization
-    b.add("xmon_job_steps_total", key, s.steps_total)
-    quantiles = (("0.5", s.p50_step_seconds), ("0.9", s.p90_step_seconds),
-                 ("0.99", s.p99_step_seconds))  # fmt: skip
-    b.summary("xmon_job_step_duration_seconds", key, quantiles, s.steps_total, s.step_seconds_total)
-    b.add("xmon_job_last_step_duration_seconds", key, s.last_step_seconds)
-    b.add("xmon_job_steps_per_second", key, s.steps_per_second)
-    b.add("xmon_job_flops_per_step", key, s.flops_per_step)
-    b.add("xmon_job_bytes_per_step", key, s.bytes_per_step)
-    b.add("xmon_job_achieved_flops_per_second", key, u.achieved_flops_per_second)
-    b.add("xmon_job_achieved_bytes_per_second", key, u.achieved_bytes_per_second)
-    b.add("xmon_job_model_flops_utilization_ratio", key, u.model_flops_utilization_ratio)
-    b.add("xmon_job_memory_bandwidth_utilization_ratio", key, u.memory_bandwidth_utilization_ratio)
-    b.add("xmon_job_peak_flops_per_second", key, u.peak_flops_per_second)
-    b.add("xmon_job_peak_memory_bandwidth_bytes_per_second", key, u.peak_bytes_per_second)
-
-
 def _job_process_and_agent(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:
     p = job.process
     if p is not None:
@@ -298,14 +283,3 @@ def _job_process_and_agent(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> 
     b.add("xmon_agent_reconnects_total", key, a.reconnects_total)
     b.add("xmon_agent_overhead_seconds_total", key, a.overhead_seconds_total)
     b.add("xmon_agent_last_report_timestamp_seconds", key, job.last_report_at or None)
-
-
-def _job_programs(b: FamilyBuilder, job: Job, key: tuple[str, int], limit: int) -> None:
-    kept, folded = rank_programs(job.programs, limit)
-    b.add("xmon_job_programs", key, len(kept) + len(folded))
-    for p in kept:
-        for name, get, _ in PROGRAM_VALUES:
-            b.add(name, (*key, p.name, p.fingerprint), get(p))
-    if folded:
-        for name, get, fold in PROGRAM_VALUES:
-            b.add(name, (*key, OTHER_PROGRAM, ""), fold(get(p) for p in folded))

@@ -42,6 +42,7 @@ from xmon.model import (
     HostSample,
     Job,
     JobDevice,
+    LedgerStats,
     ProcessSample,
     Program,
     SliceInfo,
@@ -74,6 +75,9 @@ def program(i: int, **kw: object) -> Program:
         generated_code_bytes=4, peak_memory_bytes=100 + i, compile_seconds=0.5,
         program_ids=(i,), executions=10 * i, executions_per_second=5.0 * i,
         executions_window_seconds=2.0, executions_counted_at=1_700_000_150.0,
+        flops_xla=i / 2, bytes_accessed_xla=5.0, loops=i % 3, loops_unknown_trip_count=i % 2,
+        flops_lower_bound=bool(i % 2), executions_source="ledger" if i % 4 else "capture",
+        device_seconds_per_execution=1e-3 * i,
     )  # fmt: skip
     values.update(kw)
     return Program(**values)  # type: ignore[arg-type]
@@ -82,9 +86,10 @@ def program(i: int, **kw: object) -> Program:
 def train_job(n_programs: int = 60) -> Job:
     """Fully populated: 4 CPU devices, more programs than the default limit."""
     devices = tuple(
-        JobDevice(DeviceInfo(i, "cpu", "cpu", local_hardware_id=i, coords=(i, 0)), full_memory(i))
+        JobDevice(DeviceInfo(i, "cpu", "cpu", local_hardware_id=i, coords=(i, 0)), full_memory(i),
+                  busy_ratio=0.2 * i)
         for i in range(4)
-    )
+    )  # fmt: skip
     return Job(
         job_name="train", pid=1000, hostname="node0", platform="cpu", jax_version="0.10.2",
         jaxlib_version="0.10.2", started_at=1_700_000_000.0, last_report_at=1_700_000_100.0,
@@ -96,10 +101,19 @@ def train_job(n_programs: int = 60) -> Job:
         programs=tuple(program(i) for i in range(n_programs)),
         steps=StepStats(steps_total=100, step_seconds_total=50.0, last_step_seconds=0.5,
                         p50_step_seconds=0.5, p90_step_seconds=0.6, p99_step_seconds=0.9,
-                        steps_per_second=2.0, flops_per_step=1e12, bytes_per_step=1e9),
-        utilization=Utilization(2e12, 2e9, 4e12, 4e9, 0.5, 0.5),
+                        steps_per_second=2.0, flops_per_step=1e12, bytes_per_step=1e9,
+                        model_flops_per_step=6e11, tokens_per_step=4096.0),
+        utilization=Utilization(
+            achieved_flops_per_second=2e12, achieved_bytes_per_second=2e9,
+            achieved_model_flops_per_second=1.2e12, peak_flops_per_second=4e12,
+            peak_bytes_per_second=4e9, model_flops_utilization_ratio=0.3,
+            hardware_flops_utilization_ratio=0.5, memory_bandwidth_utilization_ratio=0.5,
+            flops_lower_bound=True, tokens_per_second=8192.0),
         process=ProcessSample(1.5, 120.0, 2**30, num_threads=12),
-        agent=AgentHealth(50, 1, 2, 3, 0.01),
+        agent=AgentHealth(50, 1, 2, 3, 0.01, ledger_samples_total=40,
+                          ledger_samples_skipped_total=2),
+        ledger=LedgerStats(samples=8, sampled_seconds=0.8, window_seconds=70.0,
+                           last_sample_at=1_700_000_190.0, parse_errors_total=1),
         captures=(CaptureCount("trace", "step_time", 2, 1, 1_700_000_150.0, "slow step",
                                ("/tb/train-1000/plugins/profile/s/node0.xplane.pb",)),),
     )  # fmt: skip
@@ -240,7 +254,23 @@ EXPECTED = [
     (key("xmon_job_step_duration_seconds", **TRAIN, quantile="0.99"), 0.9),
     (key("xmon_job_step_duration_seconds_sum", **TRAIN), 50.0),
     (key("xmon_job_step_duration_seconds_count", **TRAIN), 100.0),
-    (key("xmon_job_model_flops_utilization_ratio", **TRAIN), 0.5),
+    (key("xmon_job_model_flops_utilization_ratio", **TRAIN), 0.3),
+    (key("xmon_job_hardware_flops_utilization_ratio", **TRAIN), 0.5),
+    (key("xmon_job_achieved_model_flops_per_second", **TRAIN), 1.2e12),
+    (key("xmon_job_tokens_per_second", **TRAIN), 8192.0),
+    (key("xmon_job_model_flops_per_step", **TRAIN), 6e11),
+    (key("xmon_job_tokens_per_step", **TRAIN), 4096.0),
+    (key("xmon_job_flops_lower_bound", **TRAIN), 1.0),
+    (key("xmon_job_steps_inferred", **TRAIN, program=""), 0.0),
+    (key("xmon_job_device_busy_ratio", **{**DEV0, "device": 3}), 0.6),
+    (key("xmon_job_device_busy_ratio", **DEV0), 0.0),  # measured idle: 0, not absent
+    (key("xmon_agent_ledger_samples_total", **TRAIN), 40.0),
+    (key("xmon_agent_ledger_samples_skipped_total", **TRAIN), 2.0),
+    (key("xmon_job_ledger_parse_errors_total", **TRAIN), 1.0),
+    (key("xmon_job_ledger_samples", **TRAIN), 8.0),
+    (key("xmon_job_ledger_sampled_seconds", **TRAIN), 0.8),
+    (key("xmon_job_ledger_window_seconds", **TRAIN), 70.0),
+    (key("xmon_job_ledger_last_sample_timestamp_seconds", **TRAIN), 1_700_000_190.0),
     (key("xmon_job_process_cpu_utilization_ratio", **TRAIN), 1.5),
     (key("xmon_agent_last_report_timestamp_seconds", **TRAIN), 1_700_000_100.0),
     (
@@ -268,6 +298,12 @@ ABSENT = [
     key("xmon_job_device_memory_peak_bytes", **EVAL, device=0, device_kind="cpu", platform="cpu"),
     key("xmon_job_last_step_duration_seconds", **EVAL),
     key("xmon_job_model_flops_utilization_ratio", **EVAL),
+    key("xmon_job_hardware_flops_utilization_ratio", **EVAL),
+    key("xmon_job_flops_lower_bound", **EVAL),  # no FLOPs known: nothing to qualify
+    key("xmon_job_steps_inferred", **EVAL, program=""),  # never stepped
+    key("xmon_job_device_busy_ratio", **EVAL, device=0, device_kind="cpu", platform="cpu"),
+    key("xmon_job_ledger_last_sample_timestamp_seconds", **EVAL),
+    key("xmon_job_ledger_window_seconds", **EVAL),  # no samples: no window
     key("xmon_job_step_duration_seconds", **EVAL, quantile="0.5"),
     key("xmon_job_process_resident_memory_bytes", **EVAL),
     key("xmon_job_start_time_seconds", **EVAL),
@@ -305,6 +341,65 @@ def test_programs_past_the_limit_are_folded() -> None:
     assert program_series(s, "xmon_job_program_temp_bytes", TRAIN)[OTHER_PROGRAM] == 30
     assert program_series(s, "xmon_job_program_peak_memory_bytes", TRAIN)[OTHER_PROGRAM] == 109
     assert s[key("xmon_job_program_flops", **TRAIN, program="jit_f59", fingerprint="fp059")] == 59
+
+
+def test_program_execution_truth_and_its_fold() -> None:
+    s = samples(snapshot(), program_limit=50)
+    f59 = {**TRAIN, "program": "jit_f59", "fingerprint": "fp059"}
+    assert s[key("xmon_job_program_flops_xla", **f59)] == 29.5
+    assert s[key("xmon_job_program_bytes_accessed_xla", **f59)] == 5.0
+    assert s[key("xmon_job_program_flops_lower_bound", **f59)] == 1.0
+    assert s[key("xmon_job_program_loops", **f59)] == 2.0
+    assert s[key("xmon_job_program_loops_trip_count_unknown", **f59)] == 1.0
+    assert s[key("xmon_job_program_device_seconds_per_execution", **f59)] == pytest.approx(0.059)
+    assert s[key("xmon_job_program_executions_source_info", **f59, source="ledger")] == 1.0
+    f56 = {**TRAIN, "program": "jit_f56", "fingerprint": "fp056"}
+    assert s[key("xmon_job_program_flops_lower_bound", **f56)] == 0.0
+    assert s[key("xmon_job_program_executions_source_info", **f56, source="capture")] == 1.0
+    other = {**TRAIN, "program": OTHER_PROGRAM, "fingerprint": ""}
+    assert s[key("xmon_job_program_flops_lower_bound", **other)] == 1.0  # any folded one is
+    assert s[key("xmon_job_program_loops", **other)] == sum(i % 3 for i in range(10))
+    assert s[key("xmon_job_program_executions_source_info", **other, source="mixed")] == 1.0
+    assert key("xmon_job_program_device_seconds_per_execution", **other) not in s
+
+
+def test_fold_keeps_a_common_executions_source() -> None:
+    programs = tuple(program(i, executions_source="ledger") for i in range(4))
+    job = replace(train_job(), programs=programs)
+    s = samples(snapshot((job,)), program_limit=2)
+    other = {**TRAIN, "program": OTHER_PROGRAM, "fingerprint": ""}
+    assert s[key("xmon_job_program_executions_source_info", **other, source="ledger")] == 1.0
+
+
+def test_program_without_executions_has_no_source() -> None:
+    job = replace(train_job(), programs=(program(1, executions_source=None),))
+    names = {name for name, _ in samples(snapshot((job,)))}
+    assert "xmon_job_program_executions_source_info" not in names
+
+
+def test_inferred_steps_name_their_program() -> None:
+    steps = replace(train_job().steps, inferred=True, inferred_from="jit_train_step")
+    s = samples(snapshot((replace(train_job(), steps=steps),)))
+    assert s[key("xmon_job_steps_inferred", **TRAIN, program="jit_train_step")] == 1.0
+    assert key("xmon_job_steps_inferred", **TRAIN, program="") not in s
+
+
+def test_undeclared_model_flops_leave_mfu_absent_and_hfu_present() -> None:
+    u = Utilization(achieved_flops_per_second=2e12, peak_flops_per_second=4e12,
+                    hardware_flops_utilization_ratio=0.5)  # fmt: skip
+    job = replace(train_job(), utilization=u, steps=replace(train_job().steps,
+                  model_flops_per_step=None, tokens_per_step=None))  # fmt: skip
+    s = samples(snapshot((job,)))
+    assert s[key("xmon_job_hardware_flops_utilization_ratio", **TRAIN)] == 0.5
+    assert s[key("xmon_job_flops_lower_bound", **TRAIN)] == 0.0
+    undeclared = (
+        "xmon_job_model_flops_utilization_ratio",
+        "xmon_job_tokens_per_second",
+        "xmon_job_achieved_model_flops_per_second",
+        "xmon_job_model_flops_per_step",
+    )
+    for absent in undeclared:
+        assert key(absent, **TRAIN) not in s
 
 
 def test_program_rank_uses_devices_then_compile_time() -> None:

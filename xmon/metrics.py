@@ -88,6 +88,10 @@ _JOB_METRICS = (
     _g("xmon_job_device_memory_fragmentation_ratio", "Fragmentation of the PJRT allocator's free "
        "memory (xmon.derived.fragmentation_ratio; 0 when it is one contiguous block).",
        JOB_DEVICE, "ratio", _MEM + "fragmentation_ratio"),
+    _g("xmon_job_device_busy_ratio", "Share of the sampled time the device ran the job's "
+       "programs (union of its XLA op intervals in the execution ledger's profiler samples); a "
+       "host-bound job shows a low value. Absent before the first sample.",
+       JOB_DEVICE, "ratio", "Job.devices[].busy_ratio"),
     _c("xmon_job_compiles_total", "XLA backend compiles (jax.monitoring "
        "/jax/core/compile/backend_compile_duration events).",
        JOB, "", "Job.compile.compiles_total"),
@@ -106,10 +110,27 @@ _JOB_METRICS = (
        JOB, "", "Job.compile.cache_misses_total"),
     _g("xmon_job_programs", "Compiled XLA programs the job has reported (before the per-job "
        "series limit).", JOB, "", "len(Job.programs)"),
-    _g("xmon_job_program_flops", "FLOPs of one execution per device (XLA cost analysis plus GEMM "
-       "custom-calls it omits)." + _FOLD, PROGRAM, "", _PROG + "flops"),
-    _g("xmon_job_program_bytes_accessed", "Bytes accessed by one execution per device (XLA "
-       "cost analysis 'bytes accessed')." + _FOLD, PROGRAM, "bytes", _PROG + "bytes_accessed"),
+    _g("xmon_job_program_flops", "FLOPs of one execution per device, loop-aware: XLA's cost "
+       "analysis with every while-loop body counted once per trip, plus GEMM custom-calls it "
+       "omits. A lower bound where xmon_job_program_flops_lower_bound is 1." + _FOLD,
+       PROGRAM, "", _PROG + "flops"),
+    _g("xmon_job_program_flops_xla", "FLOPs of one execution per device as XLA's cost analysis "
+       "reports them (each loop body counted once)." + _FOLD, PROGRAM, "", _PROG + "flops_xla"),
+    _g("xmon_job_program_flops_lower_bound", "1 if the program has a while loop of unknown trip "
+       "count, so its FLOPs and bytes are lower bounds; else 0. For "
+       f'program="{OTHER_PROGRAM}" 1 if any folded program is.',
+       PROGRAM, "", _PROG + "flops_lower_bound"),
+    _g("xmon_job_program_loops", "While loops in the program's optimized HLO." + _FOLD,
+       PROGRAM, "", _PROG + "loops"),
+    _g("xmon_job_program_loops_trip_count_unknown", "While loops whose trip count XLA does not "
+       "know (their bodies are counted once)." + _FOLD,
+       PROGRAM, "", _PROG + "loops_unknown_trip_count"),
+    _g("xmon_job_program_bytes_accessed", "Bytes accessed by one execution per device, "
+       "loop-aware like xmon_job_program_flops." + _FOLD,
+       PROGRAM, "bytes", _PROG + "bytes_accessed"),
+    _g("xmon_job_program_bytes_accessed_xla", "Bytes accessed by one execution per device as "
+       "XLA's cost analysis reports them ('bytes accessed', each loop body once)." + _FOLD,
+       PROGRAM, "bytes", _PROG + "bytes_accessed_xla"),
     _g("xmon_job_program_transcendentals", "Transcendental operations of one execution per "
        "device (XLA cost analysis)." + _FOLD, PROGRAM, "", _PROG + "transcendentals"),
     _g("xmon_job_program_argument_bytes", "Argument buffer bytes (XLA compiled memory stats)."
@@ -125,31 +146,62 @@ _JOB_METRICS = (
        PROGRAM, "bytes", _PROG + "peak_memory_bytes"),
     _g("xmon_job_program_compile_seconds", "Seconds the program took to compile." + _FOLD,
        PROGRAM, "seconds", _PROG + "compile_seconds"),
-    _g("xmon_job_program_executions_per_second", "Executions per second counted in the job's "
-       "most recent trace capture (xmon capture or a triggered one); absent before the first."
+    _g("xmon_job_program_executions_per_second", "Executions per second, from the execution "
+       "ledger's periodic profiler samples or the job's most recent trace capture (see "
+       "xmon_job_program_executions_source_info); absent before either saw the program."
        + _FOLD, PROGRAM, "", _PROG + "executions_per_second"),
+    _i("xmon_job_program_executions_source_info", "Where the program's executions come from "
+       "(always 1): source is ledger (sampled) or capture (a full trace). For "
+       f'program="{OTHER_PROGRAM}" the folded programs\' common source, else mixed.',
+       (*PROGRAM, "source"), _PROG + "executions_source"),
+    _g("xmon_job_program_device_seconds_per_execution", "Mean device time of one execution on "
+       "one device, from the same samples as the executions (absent for "
+       f'program="{OTHER_PROGRAM}").', PROGRAM, "seconds",
+       _PROG + "device_seconds_per_execution"),
 )
 
 _STEP_METRICS = (
-    _c("xmon_job_steps_total", "Training steps timed by xmon.step().",
-       JOB, "", "Job.steps.steps_total"),
+    _c("xmon_job_steps_total", "Training steps: marked by xmon.step() or StepTraceAnnotation, "
+       "else inferred (see xmon_job_steps_inferred).", JOB, "", "Job.steps.steps_total"),
+    _g("xmon_job_steps_inferred", "1 if the job marks no steps and its steps are the executions "
+       "of its dominant repeated program (named by program), 0 if steps are marked.",
+       (*JOB, "program"), "", "Job.steps.inferred, inferred_from"),
     MetricSpec("xmon_job_step_duration_seconds", "summary", "Step duration (interval between "
                "consecutive step starts); quantiles over the agent's recent window.",
                JOB, "seconds", "Job.steps.p50/p90/p99_step_seconds, step_seconds_total"),
     _g("xmon_job_last_step_duration_seconds", "Duration of the last completed step.",
        JOB, "seconds", "Job.steps.last_step_seconds"),
     _g("xmon_job_steps_per_second", "Recent step rate.", JOB, "", "Job.steps.steps_per_second"),
-    _g("xmon_job_flops_per_step", "FLOPs of one step, all devices of the job together.",
+    _g("xmon_job_flops_per_step", "Hardware FLOPs of one step, all devices together: each "
+       "program's loop-aware FLOPs times its executions per step.",
        JOB, "", "Job.steps.flops_per_step"),
+    _g("xmon_job_flops_lower_bound", "1 if some step program has a loop of unknown trip count, "
+       "so FLOPs per step, hardware FLOP/s and HFU are lower bounds; else 0. Absent while FLOPs "
+       "per step are unknown.", JOB, "", "Job.utilization.flops_lower_bound"),
+    _g("xmon_job_model_flops_per_step", "Model FLOPs of one step as the user declared them "
+       "(xmon.step(flops=...), e.g. 6 x parameters x tokens); absent without a declaration.",
+       JOB, "", "Job.steps.model_flops_per_step"),
+    _g("xmon_job_tokens_per_step", "Tokens of one step as the user declared them.",
+       JOB, "", "Job.steps.tokens_per_step"),
     _g("xmon_job_bytes_per_step", "Bytes accessed by one step, all devices together.",
        JOB, "bytes", "Job.steps.bytes_per_step"),
-    _g("xmon_job_achieved_flops_per_second", "FLOPs per step times steps per second.",
+    _g("xmon_job_achieved_flops_per_second", "Hardware FLOP/s: FLOPs per step times steps per "
+       "second (what XLA counts as executed, rematerialisation and optimizer included).",
        JOB, "", "Job.utilization.achieved_flops_per_second"),
+    _g("xmon_job_achieved_model_flops_per_second", "Model FLOP/s: declared model FLOPs per step "
+       "times steps per second; absent without a declaration.",
+       JOB, "", "Job.utilization.achieved_model_flops_per_second"),
+    _g("xmon_job_tokens_per_second", "Declared tokens per step times steps per second.",
+       JOB, "", "Job.utilization.tokens_per_second"),
     _g("xmon_job_achieved_bytes_per_second", "Bytes accessed per step times steps per second.",
        JOB, "", "Job.utilization.achieved_bytes_per_second"),
-    _g("xmon_job_model_flops_utilization_ratio", "Achieved FLOP/s over the devices' peak FLOP/s "
-       "(absent for device kinds without a known peak).",
+    _g("xmon_job_model_flops_utilization_ratio", "MFU: model FLOP/s over the devices' peak "
+       "FLOP/s (PaLM's definition). Absent unless the job declares its model FLOPs, and for "
+       "device kinds without a known peak.",
        JOB, "ratio", "Job.utilization.model_flops_utilization_ratio"),
+    _g("xmon_job_hardware_flops_utilization_ratio", "HFU: hardware FLOP/s (XLA's loop-aware "
+       "count of what executed) over the devices' peak FLOP/s; absent for device kinds without "
+       "a known peak.", JOB, "ratio", "Job.utilization.hardware_flops_utilization_ratio"),
     _g("xmon_job_memory_bandwidth_utilization_ratio", "Achieved bytes/s over the devices' peak "
        "memory bandwidth.", JOB, "ratio", "Job.utilization.memory_bandwidth_utilization_ratio"),
     _g("xmon_job_peak_flops_per_second", "Peak FLOP/s of the job's devices together (xmon's "
@@ -180,6 +232,24 @@ _PROCESS_METRICS = (
        JOB, "seconds", "Job.agent.overhead_seconds_total"),
     _g("xmon_agent_last_report_timestamp_seconds", "Unix time of the job's last report.",
        JOB, "seconds", "Job.last_report_at"),
+)
+
+_LEDGER_METRICS = (
+    _c("xmon_agent_ledger_samples_total", "Execution samples (short in-memory profiler "
+       "sessions) the agent took and sent.", JOB, "", "Job.agent.ledger_samples_total"),
+    _c("xmon_agent_ledger_samples_skipped_total", "Execution samples the agent did not take: "
+       "the profiler was busy (a capture or the job's own trace), or the sample was too large.",
+       JOB, "", "Job.agent.ledger_samples_skipped_total"),
+    _c("xmon_job_ledger_parse_errors_total", "Execution samples the daemon could not read.",
+       JOB, "", "Job.ledger.parse_errors_total"),
+    _g("xmon_job_ledger_samples", "Execution samples in the window the execution rates and "
+       "busy ratios come from.", JOB, "", "Job.ledger.samples"),
+    _g("xmon_job_ledger_sampled_seconds", "Profiler time those samples cover.",
+       JOB, "seconds", "Job.ledger.sampled_seconds"),
+    _g("xmon_job_ledger_window_seconds", "Wall time from the first to the last of those samples.",
+       JOB, "seconds", "Job.ledger.window_seconds"),
+    _g("xmon_job_ledger_last_sample_timestamp_seconds", "Unix time of the newest execution "
+       "sample; absent before the first.", JOB, "seconds", "Job.ledger.last_sample_at"),
 )
 
 _HW = "Snapshot.devices[].hardware."
@@ -367,6 +437,7 @@ GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
     ("Jobs: devices, compiles, programs", _JOB_METRICS),
     ("Jobs: steps and utilisation", _STEP_METRICS),
     ("Jobs: process and agent transport", _PROCESS_METRICS),
+    ("Jobs: execution ledger", _LEDGER_METRICS),
     ("Profiling: captures and file exporters", _PROFILING_METRICS),
 )
 METRICS: tuple[MetricSpec, ...] = tuple(spec for _, specs in GROUPS for spec in specs)
@@ -394,6 +465,13 @@ Conventions:
   most FLOPs (times devices), then the longest compile, keep their own series; the rest are
   folded into one series with `program="{OTHER_PROGRAM}"` (sums; the largest peak memory).
 - Label values taken from jobs (job and program names) are cut to {LABEL_VALUE_MAX} characters.
+- Two utilisations: `xmon_job_hardware_flops_utilization_ratio` (HFU) counts every FLOP XLA
+  says ran (loop-aware; rematerialisation and optimizer included) and exists wherever the peak
+  is known; `xmon_job_model_flops_utilization_ratio` (MFU, PaLM's definition) counts only the
+  model FLOPs the job declares (`xmon.step(flops=...)`) and is absent without a declaration.
+  Where `xmon_job_flops_lower_bound` is 1, hardware FLOPs and HFU are lower bounds.
+- Where `xmon_job_steps_inferred` is 1 the job marks no steps: step counts, times and rates are
+  the executions of its dominant repeated program.
 """
 
 
