@@ -49,29 +49,14 @@ def _hardware_scalars(job: Job, devices: tuple[Device, ...]) -> list[tuple[str, 
     return out
 
 
+Raw = list[tuple[str, float | None]]
+
+
 def job_scalars(job: Job, devices: tuple[Device, ...] = ()) -> list[tuple[str, float]]:
     """(tag, value) of one job at one snapshot; unknown values are left out, never 0."""
-    raw: list[tuple[str, float | None]] = []
-    for device in job.devices:
-        m, prefix = device.memory, f"memory/device_{device.info.id}"
-        raw += [
-            (f"{prefix}/in_use_bytes", m.in_use_bytes),
-            (f"{prefix}/peak_bytes", m.peak_bytes_in_use),
-            (f"{prefix}/limit_bytes", m.bytes_limit),
-            (f"{prefix}/fragmentation_ratio", m.fragmentation_ratio),
-        ]
-    raw += _hardware_scalars(job, devices)
-    s, u, c = job.steps, job.utilization, job.compile
+    raw = _device_scalars(job) + _hardware_scalars(job, devices) + _step_scalars(job)
+    c = job.compile
     raw += [
-        ("steps/last_step_seconds", s.last_step_seconds),
-        ("steps/p50_step_seconds", s.p50_step_seconds),
-        ("steps/p90_step_seconds", s.p90_step_seconds),
-        ("steps/steps_per_second", s.steps_per_second),
-        ("steps/steps_total", s.steps_total),
-        ("utilization/model_flops_utilization_ratio", u.model_flops_utilization_ratio),
-        ("utilization/memory_bandwidth_utilization_ratio", u.memory_bandwidth_utilization_ratio),
-        ("utilization/achieved_flops_per_second", u.achieved_flops_per_second),
-        ("utilization/achieved_bytes_per_second", u.achieved_bytes_per_second),
         ("compile/compiles_total", c.compiles_total),
         ("compile/recompiles_total", c.recompiles_total),
         ("compile/backend_compile_seconds_total", c.backend_compile_seconds_total),
@@ -84,6 +69,44 @@ def job_scalars(job: Job, devices: tuple[Device, ...] = ()) -> list[tuple[str, f
         ]
     raw += [(f"captures/{x.trigger}_{x.kind}_total", x.ok_total) for x in job.captures]
     return [(tag, float(value)) for tag, value in raw if value is not None]
+
+
+def _device_scalars(job: Job) -> Raw:
+    raw: Raw = []
+    for device in job.devices:
+        m, prefix = device.memory, f"memory/device_{device.info.id}"
+        raw += [
+            (f"{prefix}/in_use_bytes", m.in_use_bytes),
+            (f"{prefix}/peak_bytes", m.peak_bytes_in_use),
+            (f"{prefix}/limit_bytes", m.bytes_limit),
+            (f"{prefix}/fragmentation_ratio", m.fragmentation_ratio),
+            (f"busy/device_{device.info.id}/busy_ratio", device.busy_ratio),
+        ]
+    return raw
+
+
+def _step_scalars(job: Job) -> Raw:
+    """Steps and utilisation: HFU (what XLA counted as executed) and MFU (declared model FLOPs,
+    absent without a declaration) side by side; 0/1 flags for inferred steps and lower bounds."""
+    s, u = job.steps, job.utilization
+    flops_known = s.flops_per_step is not None or u.achieved_flops_per_second is not None
+    stepped = s.inferred or s.steps_total > 0
+    return [
+        ("steps/last_step_seconds", s.last_step_seconds),
+        ("steps/p50_step_seconds", s.p50_step_seconds),
+        ("steps/p90_step_seconds", s.p90_step_seconds),
+        ("steps/steps_per_second", s.steps_per_second),
+        ("steps/steps_total", s.steps_total),
+        ("steps/inferred", s.inferred if stepped else None),
+        ("utilization/hardware_flops_utilization_ratio", u.hardware_flops_utilization_ratio),
+        ("utilization/model_flops_utilization_ratio", u.model_flops_utilization_ratio),
+        ("utilization/memory_bandwidth_utilization_ratio", u.memory_bandwidth_utilization_ratio),
+        ("utilization/achieved_flops_per_second", u.achieved_flops_per_second),
+        ("utilization/achieved_model_flops_per_second", u.achieved_model_flops_per_second),
+        ("utilization/tokens_per_second", u.tokens_per_second),
+        ("utilization/achieved_bytes_per_second", u.achieved_bytes_per_second),
+        ("utilization/flops_lower_bound", u.flops_lower_bound if flops_known else None),
+    ]
 
 
 def scalar_event(wall_time: float, step: int, scalars: list[tuple[str, float]]) -> event_pb2.Event:

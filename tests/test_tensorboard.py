@@ -3,6 +3,7 @@ EventAccumulator; run naming, failure handling and logdir retention."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -35,7 +36,8 @@ STARTED = 1_700_000_000.0
 def job(pid: int = 42, name: str = "train", in_use: int = 1000, steps: int = 10) -> Job:
     devices = (
         JobDevice(DeviceInfo(0, "gpu", "H100"), DeviceMemory(bytes_in_use=in_use, bytes_limit=4000,
-                                                             peak_bytes_in_use=in_use + 1)),
+                                                             peak_bytes_in_use=in_use + 1),
+                  busy_ratio=0.25),
         JobDevice(DeviceInfo(1, "cpu", "cpu"), DeviceMemory(live_array_bytes=in_use // 2)),
     )  # fmt: skip
     return Job(
@@ -46,6 +48,7 @@ def job(pid: int = 42, name: str = "train", in_use: int = 1000, steps: int = 10)
         steps=StepStats(steps_total=steps, last_step_seconds=0.5, p50_step_seconds=0.25,
                         steps_per_second=4.0),
         utilization=Utilization(model_flops_utilization_ratio=0.4,
+                                hardware_flops_utilization_ratio=0.55,
                                 memory_bandwidth_utilization_ratio=None),
         captures=(CaptureCount("trace", "manual", 2),),
     )  # fmt: skip
@@ -87,9 +90,38 @@ def test_scalars_read_back_with_tags_values_and_steps(tmp_path: Path) -> None:
     assert acc.Scalars("utilization/model_flops_utilization_ratio")[0].value == pytest.approx(0.4)
     assert acc.Scalars("compile/compiles_total")[0].value == 3.0
     assert acc.Scalars("captures/manual_trace_total")[0].value == 2.0
+    assert acc.Scalars("utilization/hardware_flops_utilization_ratio")[0].value == pytest.approx(
+        0.55
+    )
+    assert acc.Scalars("busy/device_0/busy_ratio")[0].value == pytest.approx(0.25)
+    assert acc.Scalars("steps/inferred")[0].value == 0.0
     # missing is not zero: no bandwidth number, no limit on the CPU device
     assert "utilization/memory_bandwidth_utilization_ratio" not in scalars
     assert "memory/device_1/limit_bytes" not in scalars
+    assert "busy/device_1/busy_ratio" not in scalars  # not sampled yet
+    assert "utilization/flops_lower_bound" not in scalars  # no FLOPs known to qualify
+
+
+def test_mfu_hfu_model_flops_and_tokens() -> None:
+    u = Utilization(achieved_flops_per_second=2e12, achieved_model_flops_per_second=1.2e12,
+                    model_flops_utilization_ratio=0.3, hardware_flops_utilization_ratio=0.5,
+                    tokens_per_second=8192.0, flops_lower_bound=True)  # fmt: skip
+    steps = StepStats(steps_total=5, inferred=True, inferred_from="jit_step")
+    tags = dict(job_scalars(dataclasses.replace(job(), utilization=u, steps=steps)))
+    assert tags["utilization/model_flops_utilization_ratio"] == pytest.approx(0.3)
+    assert tags["utilization/hardware_flops_utilization_ratio"] == pytest.approx(0.5)
+    assert tags["utilization/achieved_model_flops_per_second"] == pytest.approx(1.2e12)
+    assert tags["utilization/tokens_per_second"] == 8192.0
+    assert tags["utilization/flops_lower_bound"] == 1.0
+    assert tags["steps/inferred"] == 1.0
+
+
+def test_undeclared_model_flops_write_no_mfu() -> None:
+    u = Utilization(achieved_flops_per_second=2e12, hardware_flops_utilization_ratio=0.5)
+    tags = dict(job_scalars(dataclasses.replace(job(), utilization=u)))
+    assert "utilization/model_flops_utilization_ratio" not in tags
+    assert "utilization/tokens_per_second" not in tags
+    assert tags["utilization/flops_lower_bound"] == 0.0
 
 
 def test_hardware_counters_of_the_jobs_devices_only() -> None:
