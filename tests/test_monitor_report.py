@@ -18,7 +18,9 @@ from xmon.model import (
     DeviceMemory,
     DeviceProcess,
     JobDevice,
+    LedgerStats,
     StepStats,
+    Utilization,
 )
 from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches, rfc3339
 
@@ -61,7 +63,7 @@ def rich_snapshot(seq: int = 1, **job_kw: Any) -> Any:
 
 def test_first_report_has_totals_no_deltas_and_validates(validator: Any) -> None:
     report = valid(validator, build_report(rich_snapshot(), None))
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert report["period_seconds"] is None
     assert report["timestamp"].endswith("Z")
     train = report["jobs"][0]
@@ -187,12 +189,78 @@ def test_schema_rejects_what_the_builder_must_not_emit(validator: Any) -> None:
         ("string counter", lambda r: r["hardware"]["devices"][0]["counters"].update(x="1")),
         ("negative delta", lambda r: r["jobs"][0]["steps"].update(delta={"steps": -1})),
         ("bad timestamp", lambda r: r.update(timestamp="yesterday")),
-        ("wrong version", lambda r: r.update(schema_version=2)),
+        ("wrong version", lambda r: r.update(schema_version=1)),
+        ("busy above 1", lambda r: r["jobs"][0]["devices"][0].update(busy_ratio=1.5)),
+        (
+            "unknown source",
+            lambda r: r["jobs"][0]["programs"]["items"][0].update(executions_source="guess"),
+        ),
     ]
     for what, mutate in cases:
         bad = json.loads(json.dumps(good))
         mutate(bad)
         assert not validator.is_valid(bad), what
+
+
+def execution_truth_job() -> Any:
+    """A job with the execution ledger's numbers: inferred steps, busy devices, looped programs."""
+    base = job("train", 1000, devices=2)
+    devices = tuple(dataclasses.replace(d, busy_ratio=0.25 * (i + 1))
+                    for i, d in enumerate(base.devices))  # fmt: skip
+    looped = dataclasses.replace(
+        base.programs[0], flops_xla=1e8, flops_lower_bound=True, loops=2,
+        loops_unknown_trip_count=1, bytes_accessed_xla=5e5, executions_source="ledger",
+        device_seconds_per_execution=0.004,
+    )  # fmt: skip
+    steps = dataclasses.replace(base.steps, inferred=True, inferred_from="jit_train_0",
+                                model_flops_per_step=6e11, tokens_per_step=2048.0)  # fmt: skip
+    utilization = Utilization(
+        achieved_flops_per_second=2e12, achieved_model_flops_per_second=1.2e12,
+        peak_flops_per_second=4e12, model_flops_utilization_ratio=0.3,
+        hardware_flops_utilization_ratio=0.5, flops_lower_bound=True, tokens_per_second=4096.0,
+    )  # fmt: skip
+    return dataclasses.replace(
+        base, devices=devices, programs=(looped, *base.programs[1:]), steps=steps,
+        utilization=utilization, agent=AgentHealth(ledger_samples_total=12,
+                                                   ledger_samples_skipped_total=1),
+        ledger=LedgerStats(samples=6, sampled_seconds=0.6, window_seconds=50.0,
+                           last_sample_at=1_700_000_190.0, parse_errors_total=2),
+    )  # fmt: skip
+
+
+def test_execution_truth_reaches_the_report(validator: Any) -> None:
+    first = snapshot(1, jobs=(execution_truth_job(),))
+    later = execution_truth_job()
+    later = dataclasses.replace(
+        later, ledger=dataclasses.replace(later.ledger, parse_errors_total=3)
+    )
+    report = valid(validator, build_report(snapshot(2, jobs=(later,)), first))
+    entry = report["jobs"][0]
+    assert [d["busy_ratio"] for d in entry["devices"]] == [0.25, 0.5]
+    steps = entry["steps"]
+    assert steps["inferred"] is True and steps["inferred_from"] == "jit_train_0"
+    assert steps["model_flops_per_step"] == 6e11 and steps["tokens_per_step"] == 2048.0
+    u = entry["utilization"]
+    assert (u["model_flops_utilization_ratio"], u["hardware_flops_utilization_ratio"]) == (0.3, 0.5)
+    assert u["tokens_per_second"] == 4096.0 and u["flops_lower_bound"] is True
+    item = entry["programs"]["items"][0]
+    assert (item["flops_lower_bound"], item["loops"], item["loops_unknown_trip_count"]) == (
+        True, 2, 1)  # fmt: skip
+    assert item["executions_source"] == "ledger"
+    assert item["device_seconds_per_execution"] == 0.004
+    assert entry["agent"]["total"]["ledger_samples"] == 12
+    assert entry["ledger"] == {
+        "samples": 6, "sampled_seconds": 0.6, "window_seconds": 50.0,
+        "last_sample_at": 1_700_000_190.0, "parse_errors": {"total": 3, "delta": 1},
+    }  # fmt: skip
+
+
+def test_without_samples_the_ledger_window_is_null(validator: Any) -> None:
+    report = valid(validator, build_report(snapshot(1, jobs=(job(),)), None))
+    entry = report["jobs"][0]
+    assert entry["ledger"]["samples"] == 0 and entry["ledger"]["window_seconds"] is None
+    assert entry["devices"][0]["busy_ratio"] is None
+    assert entry["steps"]["inferred"] is False
 
 
 def test_rfc3339_is_utc_with_milliseconds() -> None:

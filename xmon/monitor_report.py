@@ -31,7 +31,9 @@ from xmon.model import (
     Snapshot,
 )
 
-REPORT_SCHEMA_VERSION = 1
+# 2: model_flops_utilization_ratio is MFU from declared model FLOPs only (HFU is its own key),
+# flops_per_step counts the hardware FLOPs of what executed.
+REPORT_SCHEMA_VERSION = 2
 GROUPS = ("system", "hardware", "jobs", "programs")
 
 # Cumulative counters reported as {"total": ..., "delta": ...}: report key -> model field.
@@ -52,13 +54,17 @@ _AGENT_COUNTERS = {
     "events_dropped": "events_dropped_total",
     "reconnects": "reconnects_total",
     "overhead_seconds": "overhead_seconds_total",
+    "ledger_samples": "ledger_samples_total",
+    "ledger_samples_skipped": "ledger_samples_skipped_total",
 }
 _PROGRAM_FIELDS = (
     "fingerprint", "name", "fun_name", "num_devices", "flops", "flops_xla", "custom_call_flops",
-    "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes",
+    "flops_lower_bound", "loops", "loops_unknown_trip_count", "transcendentals",
+    "bytes_accessed", "bytes_accessed_xla", "argument_bytes", "output_bytes", "alias_bytes",
     "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "compile_seconds", "compiled_at",
     "cache_hit", "in_step", "program_ids", "executions", "executions_per_second",
-    "executions_window_seconds", "executions_counted_at",
+    "executions_window_seconds", "executions_counted_at", "executions_source",
+    "device_seconds_per_execution",
 )  # fmt: skip
 
 
@@ -235,6 +241,7 @@ def job_section(job: Job, previous: Snapshot | None, with_programs: bool) -> dic
         "utilization": dataclasses.asdict(job.utilization),
         "process": dataclasses.asdict(job.process) if job.process is not None else None,
         "agent": _counters(job.agent, old.agent if old else None, _AGENT_COUNTERS),
+        "ledger": _ledger(job, old),
     }
 
 
@@ -252,6 +259,7 @@ def job_device(device: JobDevice) -> dict[str, Any]:
         "core_on_chip": info.core_on_chip,
         "slice_index": info.slice_index,
         "memory": memory,
+        "busy_ratio": device.busy_ratio,
     }
 
 
@@ -287,8 +295,26 @@ def _steps(job: Job, old: Job | None) -> dict[str, Any]:
         steps_per_second=s.steps_per_second,
         flops_per_step=s.flops_per_step,
         bytes_per_step=s.bytes_per_step,
+        model_flops_per_step=s.model_flops_per_step,
+        tokens_per_step=s.tokens_per_step,
+        inferred=s.inferred,
+        inferred_from=s.inferred_from,
     )
     return section
+
+
+def _ledger(job: Job, old: Job | None) -> dict[str, Any]:
+    """The execution ledger the busy ratios and execution rates come from."""
+    ledger = job.ledger
+    before = old.ledger.parse_errors_total if old is not None else None
+    sampled = ledger.samples > 0  # without samples the model's 0.0 seconds mean "no window"
+    return {
+        "samples": ledger.samples,
+        "sampled_seconds": ledger.sampled_seconds if sampled else None,
+        "window_seconds": ledger.window_seconds if sampled else None,
+        "last_sample_at": ledger.last_sample_at,
+        "parse_errors": _counter(ledger.parse_errors_total, before),
+    }
 
 
 def _compile(stats: CompileStats, old: CompileStats | None, since: float | None) -> dict[str, Any]:
