@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from xmon.catalogue import rows, select_jobs, sort_rows
-from xmon.cli.programs import executions_note, render_table
+from xmon.cli.programs import executions_note, flops_note, render_table
 from xmon.model import (
     DaemonStats,
     DeviceInfo,
@@ -82,12 +82,13 @@ def test_select_jobs_names_what_is_attached() -> None:
 
 def test_table_has_a_row_per_program_and_dashes_for_unknown() -> None:
     table = render_table(sort_rows(rows([job()], PeakTable()), "flops")).splitlines()
-    assert table[0].split() == ["JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES",
-                                "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE",
-                                "COMPILE", "EXEC", "EXEC/S"]  # fmt: skip
-    assert table[1].split()[:9] == ["train", "1", "aaaa1111", "jit_matmul", "1T", "954MiB", "1k",
-                                    "560", "compute"]  # fmt: skip
-    assert table[3].split()[3:6] == ["jit_custom", "-", "-"]
+    assert table[0].split() == ["JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS",
+                                "LOOPS", "BYTES", "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT",
+                                "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S",
+                                "DEV/EXEC"]  # fmt: skip
+    assert table[1].split()[:11] == ["train", "1", "aaaa1111", "jit_matmul", "1T", "-", "0",
+                                     "954MiB", "1k", "560", "compute"]  # fmt: skip
+    assert table[3].split()[3:8] == ["jit_custom", "-", "-", "0", "-"]
 
 
 def test_executions_sort_by_rate_and_fill_the_exec_columns() -> None:
@@ -102,9 +103,44 @@ def test_executions_sort_by_rate_and_fill_the_exec_columns() -> None:
     assert [r.name for r in ordered] == ["jit_add", "jit_matmul", "jit_custom"]
     assert (ordered[0].executions, ordered[0].executions_window_seconds) == (40, 2.0)
     table = render_table(ordered).splitlines()
-    assert table[1].split()[-2:] == ["40", "20"] and table[3].split()[-2:] == ["-", "-"]
+    assert table[1].split()[-3:] == ["40", "20", "-"] and table[3].split()[-3:] == ["-"] * 3
     assert "latest trace capture" in executions_note(ordered)
     assert "run `xmon capture`" in executions_note(rows([job()]))
+
+
+def test_loop_aware_flops_beside_xlas_with_the_lower_bound_marked() -> None:
+    matmul, add, custom = job().programs
+    looped = replace(job(), programs=(
+        replace(matmul, flops_xla=1e11, loops=3, loops_unknown_trip_count=1,
+                flops_lower_bound=True),
+        replace(add, flops_xla=1e6, loops=1),
+    ))  # fmt: skip
+    items = sort_rows(rows([looped]), "flops")
+    assert (items[0].flops_xla, items[0].loops, items[0].flops_lower_bound) == (1e11, 3, True)
+    table = render_table(items).splitlines()
+    assert table[1].split()[4:7] == ["≥1T", "100G", "3(1?)"]
+    assert table[2].split()[4:7] == ["1M", "1M", "1"]
+    assert "≥" in flops_note(items) and "≥" not in flops_note(rows([job()]))
+
+
+def test_ledger_executions_show_device_time_and_say_their_source() -> None:
+    sampled = dict(executions_window_seconds=30.0, executions_counted_at=100.0,
+                   executions_source="ledger")  # fmt: skip
+    matmul, add, _ = job().programs
+    counted = replace(job(), programs=(
+        replace(matmul, executions=60, executions_per_second=2.0,
+                device_seconds_per_execution=0.0123, **sampled),
+        replace(add, executions=3, executions_per_second=0.1,
+                device_seconds_per_execution=4.5e-6, **sampled),
+    ))  # fmt: skip
+    items = sort_rows(rows([counted]), "executions")
+    assert items[0].executions_source == "ledger"
+    table = render_table(items).splitlines()
+    assert table[1].split()[-3:] == ["60", "2", "12.3ms"]
+    assert table[2].split()[-1] == "4.5us"
+    assert "execution ledger's samples" in executions_note(items)
+    mixed = [items[0], replace(items[1], executions_source="capture")]
+    assert "or the job's latest trace capture" in executions_note(mixed)
 
 
 # --- end to end ---------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 arithmetic intensity against the device's ridge point, memory footprint and compile time.
 
 Pure functions of a snapshot (``xmon programs`` and any other view can use them). Cost numbers
-are XLA's, per device, for one execution. ``executions`` are those counted in the job's most
-recent trace capture (``Program.executions``), ``None`` before the first one.
+are per device, for one execution: ``flops`` and ``bytes_accessed`` loop-aware (every while-loop
+body counted once per trip; lower bounds where a trip count is unknown), ``flops_xla`` as XLA
+reports it. ``executions`` are those counted in the execution ledger's samples or the job's
+most recent trace capture (``Program.executions``, ``executions_source``), ``None`` before.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ class ProgramRow:
     fun_name: str | None
     device_kind: str | None
     num_devices: int
-    flops: float | None  # per device, one execution
+    flops: float | None  # per device, one execution, loop-aware
+    flops_xla: float | None  # XLA's cost analysis as reported (each loop body once)
+    flops_lower_bound: bool  # a loop of unknown trip count: flops and bytes are lower bounds
+    loops: int  # while loops in the optimized HLO
+    loops_unknown_trip_count: int
     bytes_accessed: float | None
     arithmetic_intensity: float | None  # FLOPs per byte
     ridge_point: float | None  # the device's peak FLOP/s over peak bytes/s
@@ -38,10 +44,12 @@ class ProgramRow:
     generated_code_bytes: int | None
     peak_memory_bytes: int | None
     compile_seconds: float | None
-    executions: int | None  # in the job's most recent trace capture
+    executions: int | None  # in the ledger's samples or the job's most recent trace capture
     executions_per_second: float | None  # executions / executions_window_seconds
-    executions_window_seconds: float | None  # how long that trace recorded
-    executions_counted_at: float | None  # wall clock when that trace ended
+    executions_window_seconds: float | None  # how long those samples recorded
+    executions_counted_at: float | None  # wall clock when the newest of them ended
+    executions_source: str | None  # "ledger" | "capture"
+    device_seconds_per_execution: float | None  # mean device time of one execution
     cache_hit: bool
     compiled_at: float | None
 
@@ -62,7 +70,9 @@ def _row(job: Job, program: Program, ridge: float | None) -> ProgramRow:
     return ProgramRow(
         job_name=job.job_name, pid=job.pid, fingerprint=program.fingerprint, name=program.name,
         fun_name=program.fun_name, device_kind=kinds.pop() if len(kinds) == 1 else None,
-        num_devices=program.num_devices, flops=program.flops,
+        num_devices=program.num_devices, flops=program.flops, flops_xla=program.flops_xla,
+        flops_lower_bound=program.flops_lower_bound, loops=program.loops,
+        loops_unknown_trip_count=program.loops_unknown_trip_count,
         bytes_accessed=program.bytes_accessed, arithmetic_intensity=intensity,
         ridge_point=ridge, bound=derived.bound_by(intensity, ridge),
         argument_bytes=program.argument_bytes, output_bytes=program.output_bytes,
@@ -70,7 +80,10 @@ def _row(job: Job, program: Program, ridge: float | None) -> ProgramRow:
         peak_memory_bytes=program.peak_memory_bytes, compile_seconds=program.compile_seconds,
         executions=program.executions, executions_per_second=program.executions_per_second,
         executions_window_seconds=program.executions_window_seconds,
-        executions_counted_at=program.executions_counted_at, cache_hit=program.cache_hit,
+        executions_counted_at=program.executions_counted_at,
+        executions_source=program.executions_source,
+        device_seconds_per_execution=program.device_seconds_per_execution,
+        cache_hit=program.cache_hit,
         compiled_at=program.compiled_at,
     )  # fmt: skip
 

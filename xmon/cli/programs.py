@@ -11,8 +11,10 @@ from pathlib import Path
 
 from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
 
-COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES", "FLOP/B", "RIDGE", "BOUND",
-           "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S")  # fmt: skip
+COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS", "LOOPS", "BYTES",
+           "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S",
+           "DEV/EXEC")  # fmt: skip
+LOWER_BOUND = "≥"  # marks FLOPs of a program with a loop of unknown trip count
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--pid", type=int, help="only the job with this process id")
     parser.add_argument(
         "--sort", choices=SORT_KEYS, default="flops",
-        help="largest first: FLOPs, bytes accessed, compile time, or executions per second in "
-        "the job's latest trace capture (default flops)",
+        help="largest first: FLOPs, bytes accessed, compile time, or executions per second "
+        "(execution ledger or latest trace capture; default flops)",
     )  # fmt: skip
     parser.add_argument("--limit", type=int, default=0, help="show at most N programs")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -60,14 +62,30 @@ def main(args: argparse.Namespace) -> int:
         print("no compiled programs yet" if jobs else "no job is attached to the daemon")
     else:
         print(render_table(selected))
+        print(flops_note(selected))
         print(executions_note(selected))
     return 0
 
 
+def flops_note(items: list[ProgramRow]) -> str:
+    """Says what FLOPS counts, and what the lower-bound mark means where it shows."""
+    note = "FLOPS: per device and execution, every loop body once per trip; XLA_FLOPS: XLA's own"
+    if any(r.flops_lower_bound for r in items):
+        note += f"; {LOWER_BOUND}: a loop of unknown trip count (n? in LOOPS), a lower bound"
+    return note
+
+
 def executions_note(items: list[ProgramRow]) -> str:
     """Says where EXEC comes from, or how to get it."""
-    if all(r.executions_window_seconds is None for r in items):
+    sources = {r.executions_source for r in items if r.executions_window_seconds is not None}
+    if not sources:
         return "EXEC: run `xmon capture` to count executions in a trace"
+    if sources == {"ledger"}:
+        return ("EXEC: executions in the execution ledger's samples (EXEC/S over their span; "
+                "DEV/EXEC: device time of one execution)")  # fmt: skip
+    if "ledger" in sources:
+        return ("EXEC: executions in the execution ledger's samples or the job's latest trace "
+                "capture (--json: executions_source)")  # fmt: skip
     return "EXEC: executions in the job's latest trace capture (EXEC/S over its length)"
 
 
@@ -94,13 +112,33 @@ def binary(value: float | None) -> str:
     return f"{value:.0f}B"
 
 
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value * 1e9:.3g}ns"
+
+
+def loops(r: ProgramRow) -> str:
+    """While loops, and how many of them have a trip count XLA does not know ("3(1?)")."""
+    unknown = f"({r.loops_unknown_trip_count}?)" if r.loops_unknown_trip_count else ""
+    return f"{r.loops}{unknown}"
+
+
 def _cells(r: ProgramRow) -> tuple[str, ...]:
+    flops = si(r.flops)
+    if r.flops_lower_bound and r.flops is not None:
+        flops = LOWER_BOUND + flops
     return (
-        r.job_name, str(r.pid), r.fingerprint[:12], r.name, si(r.flops), binary(r.bytes_accessed),
-        si(r.arithmetic_intensity), si(r.ridge_point), r.bound or "-", binary(r.argument_bytes),
-        binary(r.output_bytes), binary(r.temp_bytes), binary(r.generated_code_bytes),
+        r.job_name, str(r.pid), r.fingerprint[:12], r.name, flops, si(r.flops_xla), loops(r),
+        binary(r.bytes_accessed), si(r.arithmetic_intensity), si(r.ridge_point), r.bound or "-",
+        binary(r.argument_bytes), binary(r.output_bytes), binary(r.temp_bytes),
+        binary(r.generated_code_bytes),
         "-" if r.compile_seconds is None else f"{r.compile_seconds:.3f}s",
         "-" if r.executions is None else str(r.executions), si(r.executions_per_second),
+        seconds(r.device_seconds_per_execution),
     )  # fmt: skip
 
 
