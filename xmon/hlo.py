@@ -16,10 +16,16 @@ custom-call's result tuple (the others are the cuBLAS workspace, amax or auxilia
 the contracting dimensions come from ``dot_dimension_numbers`` in its ``backend_config``.
 
 Static counting, like XLA's cost analysis: a GEMM in a called computation counts once per call
-site; a while-loop body counts once whatever its trip count (not knowable from the text); of a
-conditional's branches the most expensive one counts. GEMMs whose shapes are dynamic or whose
-configuration cannot be read are counted in :func:`gemm_custom_call_count` but add no FLOPs.
-Nothing here imports jax, and malformed text never raises: unreadable parts are skipped.
+site; a while-loop body counts once whatever its trip count (``xmon.execution.loop_cost`` weighs
+bodies by their trip counts); of a conditional's branches the most expensive one counts. GEMMs
+whose shapes are dynamic or whose configuration cannot be read are counted in
+:func:`gemm_custom_call_count` but add no FLOPs. Nothing here imports jax, and malformed text
+never raises: unreadable parts are skipped.
+
+The parser is public for other readers of optimized HLO: :func:`parse_modules` gives each
+module's computations (:class:`Computation`, their :class:`Instruction` s and text lines),
+:func:`callees` the call graph, and :meth:`Module.text_with_entry` a module whose entry is any
+one computation (to run XLA's own cost analysis on it).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import math
 import re
 from collections import ChainMap
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # Call targets from XLA's xla/service/gpu/cublas_cudnn.cc (kGemmCallTarget,
 # kCublasLtMatmulCallTarget, kCublasLtMatmulF8CallTarget, kCublasLtMatmulMxCallTarget) and the
@@ -45,7 +51,7 @@ GEMM_CALL_TARGETS = frozenset(
 
 _SHAPE_START = r"(?:\(|[a-z][a-z0-9]*\[)"
 _INSTRUCTION = re.compile(
-    rf"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=%,()]+)\s*=\s*(?P<rest>{_SHAPE_START}.*)$", re.S
+    rf"^\s*(?P<root>ROOT\s+)?%?(?P<name>[^\s=%,()]+)\s*=\s*(?P<rest>{_SHAPE_START}.*)$", re.S
 )
 _HEADER = re.compile(r"^\s*(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(){}=,]+)\s*(?:\(.*\)\s*->.*)?\{\s*$")
 _ARRAY_SHAPE = re.compile(r"^\s*(?P<dtype>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
@@ -53,7 +59,7 @@ _TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
 _QUOTED = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a string literal, escapes included
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _SINGLE_CALL = re.compile(
-    r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)"
+    r"\b(?:calls|to_apply|body|condition|true_computation|false_computation|select|scatter)"
     r"=%?(?P<name>[^\s,{}()]+)"
 )
 _LIST_CALL = re.compile(r"\b(?:calls|branch_computations|called_computations)=\{(?P<names>[^}]*)\}")
@@ -71,19 +77,33 @@ class GemmCall:
 
 
 @dataclass(frozen=True)
-class _Instruction:
+class Instruction:
+    """One instruction of HLO text, as printed: ``name = shape opcode(operands), attrs``."""
+
     name: str
     shape: str
     opcode: str
     operands: tuple[tuple[str, str | None], ...]  # (name, inline shape text or None)
-    attrs: str
+    attrs: str  # everything after the operand list, e.g. ", index=0, metadata={...}"
+    is_root: bool = False
 
 
 @dataclass
-class _Computation:
+class Computation:
+    """One computation: its instructions, and its text lines to rebuild a module from."""
+
     name: str
     is_entry: bool
-    instructions: list[_Instruction] = field(default_factory=list)
+    instructions: list[Instruction] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # header, instructions and "}", as read
+
+    def root(self) -> Instruction | None:
+        """The ROOT instruction; without one (hand-written text), the last instruction."""
+        roots = [i for i in self.instructions if i.is_root]
+        return roots[-1] if roots else (self.instructions[-1] if self.instructions else None)
+
+    def instruction(self, name: str) -> Instruction | None:
+        return next((i for i in self.instructions if i.name == name), None)
 
 
 # --- text scanning ---------------------------------------------------------------------------
@@ -162,7 +182,8 @@ def _parse_operand(text: str) -> tuple[str, str | None]:
     return name.lstrip("%"), (shape.strip() or None)
 
 
-def _parse_instruction(line: str) -> _Instruction | None:
+def parse_instruction(line: str) -> Instruction | None:
+    """The instruction on one (logical) line of HLO text, or None if the line is not one."""
     match = _INSTRUCTION.match(line)
     if match is None:
         return None
@@ -178,8 +199,9 @@ def _parse_instruction(line: str) -> _Instruction | None:
     if close_at < 0:
         return None
     operands = tuple(_parse_operand(p) for p in _split_top_level(rest[open_at + 1 : close_at]))
-    return _Instruction(
-        match["name"], rest[:shape_end], call["opcode"], operands, rest[close_at + 1 :]
+    attrs = rest[close_at + 1 :]
+    return Instruction(
+        match["name"], rest[:shape_end], call["opcode"], operands, attrs, bool(match["root"])
     )
 
 
@@ -206,7 +228,7 @@ def _dimension_list(attrs: str, key: str) -> tuple[int, ...] | None:
     return tuple(int(v) for v in re.findall(r"-?\d+", match["values"]))
 
 
-def _gemm_flops(instruction: _Instruction, shapes: Mapping[str, str]) -> float | None:
+def _gemm_flops(instruction: Instruction, shapes: Mapping[str, str]) -> float | None:
     out = _array_dims(instruction.shape)
     contracting = _dimension_list(instruction.attrs, "lhs_contracting_dimensions")
     if out is None or contracting is None or not instruction.operands:
@@ -234,29 +256,14 @@ def _split_modules(text: str) -> list[str]:
     return [chunk for chunk in chunks if chunk.strip()]
 
 
-def _parse_module(text: str) -> dict[str, _Computation]:
-    """Computations by name; instructions outside any computation go to an unnamed one."""
-    loose = _Computation("", is_entry=False)
-    computations: dict[str, _Computation] = {}
-    current: _Computation | None = None
-    for line in _logical_lines(text):
-        instruction = _parse_instruction(line)
-        if instruction is not None:
-            (current or loose).instructions.append(instruction)
-        elif line.strip() == "}":
-            current = None
-        elif (header := _HEADER.match(line)) and not line.lstrip().startswith("HloModule"):
-            current = _Computation(header["name"], is_entry=bool(header["entry"]))
-            computations[current.name] = current
-    if loose.instructions:
-        computations[""] = loose
-    return computations
+def callees(instruction: Instruction) -> tuple[list[str], bool]:
+    """Computations an instruction runs, and whether only one of them runs (conditional).
 
-
-def _callees(instruction: _Instruction) -> tuple[list[str], bool]:
-    """Computations an instruction runs, and whether only one of them runs (conditional)."""
+    async-done and async-update name the computation of their async-start, which runs it once:
+    they call nothing here.
+    """
     if instruction.opcode in ("async-done", "async-update"):
-        return [], False  # the computation is counted at its async-start
+        return [], False
     attrs = instruction.attrs
     if not (_SINGLE_CALL.search(attrs) or _LIST_CALL.search(attrs)):
         return [], False  # most instructions call nothing: skip the string stripping below
@@ -276,9 +283,15 @@ class _Totals:
         return _Totals(self.flops + other.flops, self.count + other.count)
 
 
-class _Module:
+class Module:
+    """One parsed HLO module: computations by name, the call graph, GEMM custom-call counts.
+
+    Computations outside any ``{...}`` block (fragments of text) go to one named "".
+    """
+
     def __init__(self, text: str) -> None:
-        self.computations = _parse_module(text)
+        self.preamble: list[str] = []  # lines outside computations (stack frame tables...)
+        self.computations = _parse_computations(text, self.preamble)
         shapes = {i.name: i.shape for c in self.computations.values() for i in c.instructions}
         # Names are unique per module in XLA's output, but hand-written HLO reuses them across
         # computations: look in the GEMM's own computation first.
@@ -289,14 +302,14 @@ class _Module:
         self._memo: dict[str, _Totals] = {}
         self._active: set[str] = set()
 
-    def gemm_calls(self) -> Iterator[tuple[_Computation, _Instruction, str]]:
+    def gemm_calls(self) -> Iterator[tuple[Computation, Instruction, str]]:
         for computation in self.computations.values():
             for instruction in computation.instructions:
-                target = _gemm_target(instruction)
+                target = gemm_target(instruction)
                 if target is not None:
                     yield computation, instruction, target
 
-    def flops_of(self, computation: _Computation, instruction: _Instruction) -> float | None:
+    def flops_of(self, computation: Computation, instruction: Instruction) -> float | None:
         return _gemm_flops(instruction, self.shapes[computation.name])
 
     def roots(self) -> list[str]:
@@ -308,9 +321,42 @@ class _Module:
             name
             for c in self.computations.values()
             for i in c.instructions
-            for name in _callees(i)[0]
+            for name in callees(i)[0]
         }
         return [name for name in self.computations if name not in called]
+
+    def reachable(self, name: str) -> list[str]:
+        """``name`` and every computation it calls, directly or not, in the module's order."""
+        seen, todo = {name}, [name]
+        while todo:
+            computation = self.computations.get(todo.pop())
+            for instruction in computation.instructions if computation else ():
+                for callee in _all_callees(instruction):
+                    if callee not in seen:
+                        seen.add(callee)
+                        todo.append(callee)
+        return [n for n in self.computations if n in seen]
+
+    def text_with_entry(self, name: str) -> str | None:
+        """Module text whose ENTRY is computation ``name``, holding what it calls, or None.
+
+        The lines outside computations (the stack frame tables that metadata refers to) are
+        kept, so XLA's parser finds what the instructions point at.
+        """
+        if name not in self.computations or not name:
+            return None
+        parts = ["HloModule m", *self.preamble]
+        for callee in self.reachable(name):
+            lines = self.computations[callee].lines
+            if not lines:
+                continue
+            header = _ENTRY_PREFIX.sub("", lines[0]).lstrip()
+            parts += [("ENTRY " if callee == name else "") + header, *lines[1:]]
+        return "\n".join(parts) + "\n"
+
+    def gemm_flops(self, name: str) -> float:
+        """GEMM custom-call FLOPs of one run of computation ``name`` (loop bodies once)."""
+        return self.totals(name).flops
 
     def totals(self, name: str) -> _Totals:
         computation = self.computations.get(name)
@@ -322,13 +368,13 @@ class _Module:
             self._active.discard(name)
         return self._memo[name]
 
-    def _sum(self, computation: _Computation) -> _Totals:
+    def _sum(self, computation: Computation) -> _Totals:
         total = _Totals()
         for instruction in computation.instructions:
-            if _gemm_target(instruction) is not None:
+            if gemm_target(instruction) is not None:
                 flops = self.flops_of(computation, instruction)
                 total += _Totals(flops or 0.0, 1)
-            names, one_of = _callees(instruction)
+            names, one_of = callees(instruction)
             callee_totals = [self.totals(n) for n in names]
             if one_of and callee_totals:
                 total += max(callee_totals, key=lambda t: (t.flops, t.count))
@@ -337,7 +383,60 @@ class _Module:
         return total
 
 
-def _gemm_target(instruction: _Instruction) -> str | None:
+_ENTRY_PREFIX = re.compile(r"^\s*ENTRY\s+")
+
+
+def _all_callees(instruction: Instruction) -> list[str]:
+    """Every computation the instruction names, async-done's included (for reachability)."""
+    if instruction.opcode in ("async-done", "async-update"):
+        return callees(replace(instruction, opcode="async-start"))[0]
+    return callees(instruction)[0]
+
+
+def _parse_computations(text: str, preamble: list[str]) -> dict[str, Computation]:
+    """Computations by name; instructions outside any computation go to an unnamed one.
+
+    Lines before the first computation (but the HloModule line) are appended to ``preamble``:
+    XLA prints its stack frame tables there.
+    """
+    loose = Computation("", is_entry=False)
+    computations: dict[str, Computation] = {}
+    current: Computation | None = None
+    for line in _logical_lines(text):
+        instruction = parse_instruction(line)
+        if instruction is not None:
+            target = current or loose
+            target.instructions.append(instruction)
+            target.lines.append(line)
+        elif line.strip() == "}" and current is not None:
+            current.lines.append(line)
+            current = None
+        elif (header := _HEADER.match(line)) and not line.lstrip().startswith("HloModule"):
+            current = Computation(header["name"], is_entry=bool(header["entry"]), lines=[line])
+            computations[current.name] = current
+        elif not computations and not line.lstrip().startswith("HloModule"):
+            preamble.append(line)
+    if loose.instructions:
+        computations[""] = loose
+    return computations
+
+
+def parse_modules(hlo_text: object) -> list[Module]:
+    """Every module in the text (executables of MPMD programs print several); a module that
+    cannot be parsed is left out. Never raises."""
+    if not isinstance(hlo_text, str):
+        return []
+    modules = []
+    for chunk in _split_modules(hlo_text):
+        try:
+            modules.append(Module(chunk))
+        except Exception:  # a monitor must survive any text; one bad module hides no others
+            continue
+    return modules
+
+
+def gemm_target(instruction: Instruction) -> str | None:
+    """The cuBLAS call target of a GEMM custom-call, or None for any other instruction."""
     if instruction.opcode != "custom-call":
         return None
     match = _TARGET.search(instruction.attrs)
@@ -345,14 +444,11 @@ def _gemm_target(instruction: _Instruction) -> str | None:
 
 
 def _module_totals(hlo_text: object) -> _Totals:
-    if not isinstance(hlo_text, str):
-        return _Totals()
     total = _Totals()
-    for chunk in _split_modules(hlo_text):
+    for module in parse_modules(hlo_text):
         try:
-            module = _Module(chunk)
             total = sum((module.totals(root) for root in module.roots()), total)
-        except Exception:  # a monitor must survive any text; one bad module hides no others
+        except Exception:  # same policy as parse_modules
             continue
     return total
 
@@ -373,15 +469,12 @@ def gemm_custom_call_count(hlo_text: str) -> int:
 
 def find_gemm_custom_calls(hlo_text: str) -> list[GemmCall]:
     """Every GEMM custom-call instruction in the text, once each, with its own FLOPs."""
-    if not isinstance(hlo_text, str):
-        return []
     calls: list[GemmCall] = []
-    for chunk in _split_modules(hlo_text):
+    for module in parse_modules(hlo_text):
         try:
-            module = _Module(chunk)
             for computation, instruction, target in module.gemm_calls():
                 flops = module.flops_of(computation, instruction)
                 calls.append(GemmCall(instruction.name, computation.name, target, flops))
-        except Exception:  # same policy as _module_totals
+        except Exception:  # same policy as parse_modules
             continue
     return calls
