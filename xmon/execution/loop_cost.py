@@ -1,0 +1,525 @@
+"""Loop-aware cost of a compiled program, from its optimized HLO text.
+
+XLA's ``Compiled.cost_analysis()`` (HloCostAnalysis::HandleWhile) counts a while loop's body and
+condition once, whatever the trip count: a matmul inside a 40-trip ``lax.scan`` is reported as
+1/40 of what runs. Here every while loop is found (nested ones, and loops inside called
+computations and conditional branches), its trip count read, and the cost rebuilt from XLA's own
+cost of single computations, each run as the entry of a module of its own:
+
+    F(c) = X(c) + sum over the loops w that c runs:  n_w * F(body_w) - X(body_w)
+                                                   + (n_w + 1) * F(cond_w) - X(cond_w)
+
+where X is XLA's cost (bodies once) and F the loop-aware one, recursively for nested loops. A
+conditional adds max_b F(b) - max_b X(b) per figure (XLA takes the costliest branch, per figure);
+any other call adds F(callee) - X(callee). Only computations that (transitively) run a loop are
+costed, so a program without loops costs no XLA call at all.
+
+Trip counts come from XLA's ``known_trip_count`` backend_config annotation, else from a
+condition comparing a simple induction variable (get-tuple-element of the loop state) with a
+constant, with the initial value from the while's operand tuple and the step from the body's
+root tuple. A loop whose trip count is neither has its body counted once (as XLA does) and makes
+the result a lower bound.
+
+GEMM custom-calls, which XLA's cost analysis counts as 0 (see ``xmon.hlo``), are weighed the same
+way. Nothing here imports jax: XLA's cost comes in as a callable, and malformed text never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields, replace
+
+from xmon.hlo import Computation, Instruction, Module, callees, parse_modules
+
+# XLA's cost of the module text given (its ENTRY is the computation wanted): the dict of
+# HloCostAnalysis ("flops", "transcendentals", "bytes accessed", ...), or None if unknown.
+XlaCost = Callable[[str], Mapping[str, float] | None]
+
+# Each XLA call reparses the computation and what it calls; past this many, the program's cost
+# is left at XLA's figure and marked a lower bound rather than stall the agent's thread.
+DEFAULT_MAX_XLA_CALLS = 64
+
+_KNOWN_TRIP_COUNT = re.compile(r'known_trip_count[\\"]*\s*:\s*\{[\\"]*n[\\"]*\s*:\s*[\\"]*(\d+)')
+_DIRECTION = re.compile(r"\bdirection=(?P<direction>[A-Z]+)")
+_INDEX = re.compile(r"\bindex=(?P<index>\d+)")
+_FLIPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
+_PASS_THROUGH = frozenset({"copy", "convert", "bitcast", "reshape"})  # keep a scalar's value
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Cost figures of one run: XLA's three, and the GEMM custom-call FLOPs XLA leaves out."""
+
+    flops: float = 0.0
+    transcendentals: float = 0.0
+    bytes_accessed: float = 0.0
+    gemm_flops: float = 0.0
+
+    def combine(self, other: Cost, op: Callable[[float, float], float]) -> Cost:
+        values = [op(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)]
+        return Cost(*values)
+
+    def __add__(self, other: Cost) -> Cost:
+        return self.combine(other, lambda a, b: a + b)
+
+    def __sub__(self, other: Cost) -> Cost:
+        return self.combine(other, lambda a, b: a - b)
+
+    def scaled(self, factor: float) -> Cost:
+        return self.combine(self, lambda a, _: a * factor)
+
+    def maximum(self, other: Cost) -> Cost:
+        return self.combine(other, max)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One while instruction of the program."""
+
+    name: str
+    computation: str  # the computation holding the while instruction
+    body: str
+    condition: str
+    trip_count: int | None  # None: unknown (the body is counted once)
+    source: str  # "known_trip_count" (XLA's annotation), "condition", or "unknown"
+
+
+@dataclass(frozen=True)
+class LoopCost:
+    """What counting every loop body once per trip changes in one program's cost."""
+
+    loops: tuple[Loop, ...] = ()
+    # Loop-aware minus XLA's figures (bodies once), summed over the program's modules; None
+    # where XLA's cost of a computation could not be had (no API, unparsable text, too large).
+    extra: Cost | None = None
+    # GEMM custom-call FLOPs of one run, loop-aware; None: not counted (text too large)
+    custom_call_flops: float | None = 0.0
+    reason: str | None = None  # why ``extra`` is None
+
+    @property
+    def unknown_trip_counts(self) -> int:
+        return sum(1 for loop in self.loops if loop.trip_count is None)
+
+    @property
+    def lower_bound(self) -> bool:
+        """True when the loop-aware figures may still miss work: a trip count is unknown, the
+        program has loops and their cost could not be rebuilt, or GEMMs went uncounted."""
+        unbuilt = bool(self.loops) and self.extra is None
+        return self.unknown_trip_counts > 0 or unbuilt or self.custom_call_flops is None
+
+
+# --- trip counts -------------------------------------------------------------------------------
+
+
+def trip_count(
+    module: Module, computation: Computation, loop: Instruction
+) -> tuple[int | None, str]:
+    """Trip count of a while instruction and where it came from."""
+    known = _KNOWN_TRIP_COUNT.search(loop.attrs)
+    if known is not None:
+        return int(known[1]), "known_trip_count"
+    try:
+        derived = _trip_count_from_condition(module, computation, loop)
+    except (ValueError, IndexError, KeyError):  # malformed text: the count is just unknown
+        derived = None
+    return (derived, "condition") if derived is not None else (None, "unknown")
+
+
+def _trip_count_from_condition(
+    module: Module, computation: Computation, loop: Instruction
+) -> int | None:
+    names, _ = callees(loop)
+    condition = module.computations.get(_attr_callee(loop, "condition") or "")
+    body = module.computations.get(_attr_callee(loop, "body") or "")
+    if condition is None or body is None or not names or not loop.operands:
+        return None
+    compared = _comparison(module, condition)
+    if compared is None:
+        return None
+    index, bound, direction = compared
+    init = _tuple_element_constant(computation, loop.operands[0][0], index)
+    step = _step(module, body, index)
+    if init is None or step is None:
+        return None
+    return _count(init, bound, step, direction)
+
+
+def _attr_callee(instruction: Instruction, key: str) -> str | None:
+    match = re.search(rf"\b{key}=%?(?P<name>[^\s,{{}}()]+)", instruction.attrs)
+    return match["name"] if match else None
+
+
+def _comparison(module: Module, condition: Computation) -> tuple[int, int, str] | None:
+    """(state index, constant, direction) of a condition ``state[index] <direction> constant``."""
+    root = condition.root()
+    if root is None:
+        return None
+    resolved = _binary(module, condition, root, "compare")
+    if resolved is None:
+        return None
+    (lhs_comp, lhs), (rhs_comp, rhs), attrs = resolved
+    direction_match = _DIRECTION.search(attrs)
+    if direction_match is None:
+        return None
+    direction = direction_match["direction"]
+    lhs_index, rhs_index = _state_index(lhs_comp, lhs), _state_index(rhs_comp, rhs)
+    lhs_const, rhs_const = _constant(lhs_comp, lhs), _constant(rhs_comp, rhs)
+    if lhs_index is not None and rhs_const is not None:
+        return lhs_index, rhs_const, direction
+    if rhs_index is not None and lhs_const is not None:
+        return rhs_index, lhs_const, _FLIPPED.get(direction, "")
+    return None
+
+
+Operand = tuple[Computation, str]  # an operand name and the computation it is defined in
+
+
+def _binary(
+    module: Module, computation: Computation, instruction: Instruction, opcode: str
+) -> tuple[Operand, Operand, str] | None:
+    """Operands and attributes of a two-operand ``opcode``, looking through a fusion whose root
+    it is (CPU and GPU XLA wrap even a scalar compare or add in one)."""
+    if instruction.opcode == opcode and len(instruction.operands) == 2:
+        (lhs, _), (rhs, _) = instruction.operands
+        return (computation, lhs), (computation, rhs), instruction.attrs
+    if instruction.opcode != "fusion":
+        return None
+    fused = module.computations.get(_attr_callee(instruction, "calls") or "")
+    root = fused.root() if fused is not None else None
+    if fused is None or root is None or root.opcode != opcode or len(root.operands) != 2:
+        return None
+    outer = [_fusion_operand(computation, instruction, fused, name) for name, _ in root.operands]
+    if outer[0] is None or outer[1] is None:
+        return None
+    return outer[0], outer[1], root.attrs
+
+
+def _fusion_operand(
+    computation: Computation, fusion: Instruction, fused: Computation, name: str
+) -> Operand | None:
+    """The fusion operand that fused parameter ``name`` stands for; a fused constant as is."""
+    inner = fused.instruction(name)
+    if inner is None:
+        return None
+    if inner.opcode == "constant":
+        return fused, name
+    if inner.opcode != "parameter" or not inner.operands:
+        return None
+    number = int(inner.operands[0][0])
+    return (computation, fusion.operands[number][0]) if number < len(fusion.operands) else None
+
+
+def _follow(computation: Computation, name: str) -> Instruction | None:
+    """The instruction defining ``name``, looking through value-preserving copies."""
+    for _ in range(16):  # a bound, for cycles in malformed text
+        instruction = computation.instruction(name)
+        if instruction is None or instruction.opcode not in _PASS_THROUGH:
+            return instruction
+        if not instruction.operands:
+            return None
+        name = instruction.operands[0][0]
+    return None
+
+
+def _state_index(computation: Computation, name: str) -> int | None:
+    """k where ``name`` is get-tuple-element(parameter, index=k) of the loop state."""
+    instruction = _follow(computation, name)
+    if instruction is None or instruction.opcode != "get-tuple-element":
+        return None
+    source = computation.instruction(instruction.operands[0][0]) if instruction.operands else None
+    index = _INDEX.search(instruction.attrs)
+    if source is None or source.opcode != "parameter" or index is None:
+        return None
+    return int(index["index"])
+
+
+def _constant(computation: Computation, name: str) -> int | None:
+    instruction = _follow(computation, name)
+    if instruction is None or instruction.opcode != "constant" or not instruction.operands:
+        return None
+    try:
+        return int(instruction.operands[0][0])
+    except ValueError:  # a float or an array constant: not an integer induction bound
+        return None
+
+
+def _tuple_element_constant(computation: Computation, name: str, index: int) -> int | None:
+    """The constant at ``index`` of the tuple the while starts from."""
+    state = _follow(computation, name)
+    if state is None or state.opcode != "tuple" or index >= len(state.operands):
+        return None
+    return _constant(computation, state.operands[index][0])
+
+
+def _step(module: Module, body: Computation, index: int) -> int | None:
+    """s where the body's root tuple sets ``state[index] = state[index] + s`` (or minus)."""
+    root = body.root()
+    if root is None or root.opcode != "tuple" or index >= len(root.operands):
+        return None
+    update = _follow(body, root.operands[index][0])
+    if update is None:
+        return None
+    for opcode, sign in (("add", 1), ("subtract", -1)):
+        resolved = _binary(module, body, update, opcode)
+        if resolved is None:
+            continue
+        (lhs_comp, lhs), (rhs_comp, rhs), _ = resolved
+        if _state_index(lhs_comp, lhs) == index and (step := _constant(rhs_comp, rhs)) is not None:
+            return sign * step
+        if opcode == "add" and _state_index(rhs_comp, rhs) == index:
+            step = _constant(lhs_comp, lhs)
+            return step
+    return None
+
+
+def _count(init: int, bound: int, step: int, direction: str) -> int | None:
+    """Trips of ``for (i = init; i <direction> bound; i += step)``; None if it never ends."""
+    if direction in ("LT", "LE"):
+        last = bound - 1 if direction == "LT" else bound
+        if init > last:
+            return 0
+        return (last - init) // step + 1 if step > 0 else None
+    if direction in ("GT", "GE"):
+        last = bound + 1 if direction == "GT" else bound
+        if init < last:
+            return 0
+        return (init - last) // -step + 1 if step < 0 else None
+    if direction == "NE" and step != 0 and (bound - init) % step == 0:
+        trips = (bound - init) // step
+        return trips if trips >= 0 else None
+    return None
+
+
+# --- cost ----------------------------------------------------------------------------------------
+
+
+class _Budget(Exception):
+    """More XLA calls than allowed: give up on this program."""
+
+
+class _Costing:
+    """F and X of one module's computations, memoized."""
+
+    def __init__(
+        self, module: Module, loops: Mapping[str, Loop], xla_cost: XlaCost | None, max_calls: int
+    ) -> None:
+        self.module = module
+        self._loops = loops  # by while instruction name
+        self._xla_cost = xla_cost
+        self._calls_left = max_calls
+        self.xla_ok = xla_cost is not None
+        self._loops_in: dict[str, bool] = {}
+        self._static: dict[str, Cost] = {}
+        self._aware: dict[str, Cost] = {}
+        self._active: set[str] = set()
+
+    def has_loops(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name not in self._loops_in:
+            computation = self.module.computations.get(name)
+            if computation is None or name in seen:
+                return False  # unknown, or a cycle in malformed text
+            self._loops_in[name] = any(
+                i.opcode == "while" or any(self.has_loops(c, seen | {name}) for c in callees(i)[0])
+                for i in computation.instructions
+            )
+        return self._loops_in[name]
+
+    def static(self, name: str) -> Cost:
+        """X: XLA's cost of ``name`` run once (loop bodies once), with its GEMM custom-calls."""
+        if name not in self._static:
+            gemm = self.module.gemm_flops(name)
+            xla = self._xla(name) if self.xla_ok else None
+            if xla is None:
+                self.xla_ok = False
+            self._static[name] = replace(xla or Cost(), gemm_flops=gemm)
+        return self._static[name]
+
+    def _xla(self, name: str) -> Cost | None:
+        text = self.module.text_with_entry(name)
+        if text is None or self._xla_cost is None:
+            return None
+        if self._calls_left <= 0:
+            raise _Budget
+        self._calls_left -= 1
+        try:
+            costs = self._xla_cost(text)
+            if not costs:
+                return None
+            # XLA leaves a property out of the dict where nothing has it (0 transcendentals).
+            trans = float(costs.get("transcendentals", 0.0))
+            return Cost(float(costs["flops"]), trans, float(costs["bytes accessed"]))
+        except Exception:  # noqa: BLE001 - the callable wraps private XLA APIs
+            return None
+
+    def extra(self, name: str) -> Cost:
+        """F - X of ``name``, without X of ``name`` itself (the entry's is XLA's own figure)."""
+        if not self.has_loops(name):
+            return Cost()
+        computation = self.module.computations[name]
+        return _sum(self._adjustment(computation, i) for i in computation.instructions)
+
+    def aware(self, name: str) -> Cost:
+        """F: the loop-aware cost of ``name`` run once."""
+        if not self.has_loops(name) or name in self._active:
+            return self.static(name)
+        if name not in self._aware:
+            self._active.add(name)
+            computation = self.module.computations[name]
+            total = self.static(name)
+            for instruction in computation.instructions:
+                total += self._adjustment(computation, instruction)
+            self._aware[name] = total
+            self._active.discard(name)
+        return self._aware[name]
+
+    def _adjustment(self, computation: Computation, instruction: Instruction) -> Cost:
+        """What F adds to X for one instruction of ``computation``."""
+        if instruction.opcode == "while":
+            return self._while(computation, instruction)
+        names, one_of = callees(instruction)
+        names = [n for n in names if n in self.module.computations]
+        if not any(self.has_loops(n) for n in names):
+            return Cost()
+        if one_of:
+            aware = [self.aware(n) for n in names]
+            static = [self.static(n) for n in names]
+            return _maximum(aware) - _maximum(static)
+        return _sum(self.aware(n) - self.static(n) for n in names if self.has_loops(n))
+
+    def _while(self, computation: Computation, instruction: Instruction) -> Cost:
+        loop = self._loops.get(instruction.name) or _loop(self.module, computation, instruction)
+        body, condition, trips = loop.body, loop.condition, loop.trip_count
+        if body not in self.module.computations or condition not in self.module.computations:
+            return Cost()
+        runs = 1 if trips is None else trips  # unknown: the body once, as XLA counts it
+        checks = 1 if trips is None else trips + 1  # the condition runs once more than the body
+        body_extra = self.aware(body).scaled(runs) - self.static(body)
+        return body_extra + self.aware(condition).scaled(checks) - self.static(condition)
+
+
+def _loop(module: Module, computation: Computation, instruction: Instruction) -> Loop:
+    trips, source = trip_count(module, computation, instruction)
+    body = _attr_callee(instruction, "body") or ""
+    condition = _attr_callee(instruction, "condition") or ""
+    return Loop(instruction.name, computation.name, body, condition, trips, source)
+
+
+def find_loops(module: Module) -> list[Loop]:
+    """Every while loop in the computations the module's entry runs, nested ones included."""
+    loops = []
+    for name in dict.fromkeys(n for root in module.roots() for n in module.reachable(root)):
+        computation = module.computations[name]
+        for instruction in computation.instructions:
+            if instruction.opcode == "while":
+                loops.append(_loop(module, computation, instruction))
+    return loops
+
+
+def _maximum(costs: list[Cost]) -> Cost:
+    result = costs[0]
+    for cost in costs[1:]:
+        result = result.maximum(cost)
+    return result
+
+
+def _sum(costs: Iterable[Cost]) -> Cost:
+    total = Cost()
+    for cost in costs:
+        total += cost
+    return total
+
+
+# --- the program -------------------------------------------------------------------------------
+
+# Parsing runs in Python on the job's own process (the agent's thread, holding the GIL): about
+# DEFAULT_MAX_TEXT_CHARS of text takes a second or two. Larger modules are only scanned for their
+# loops, and their costs marked lower bounds where they have any.
+DEFAULT_MAX_TEXT_CHARS = 32 * 1024 * 1024
+_WHILE_LINE = re.compile(
+    r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*[^\n]*?\swhile\((?P<rest>.*)$", re.M
+)
+
+
+def loop_cost(
+    hlo_text: str,
+    xla_cost: XlaCost | None,
+    max_xla_calls: int = DEFAULT_MAX_XLA_CALLS,
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> LoopCost:
+    """Loop-aware cost of the program(s) in ``hlo_text`` (``executable.hlo_modules()`` text).
+
+    ``xla_cost`` gives XLA's cost of a module text; without it only the loops and the GEMM
+    custom-calls are counted, and a program with loops gets ``extra=None`` (a lower bound).
+    Never raises.
+    """
+    try:
+        return _loop_cost(hlo_text, xla_cost, max_xla_calls, max_text_chars)
+    except Exception as exc:  # noqa: BLE001 - a monitor must survive any text
+        return LoopCost(reason=f"unreadable HLO text ({type(exc).__name__})")
+
+
+def _loop_cost(
+    hlo_text: str, xla_cost: XlaCost | None, max_xla_calls: int, max_text_chars: int
+) -> LoopCost:
+    if not isinstance(hlo_text, str):
+        return LoopCost(reason="no HLO text")
+    if len(hlo_text) > max_text_chars:
+        return _too_large(hlo_text, max_text_chars)
+    if " while(" not in hlo_text and "custom-call(" not in hlo_text:
+        return LoopCost(extra=Cost())  # the common case: nothing to parse
+    loops: list[Loop] = []
+    extra: Cost | None = Cost()
+    gemm = 0.0
+    reason: str | None = None
+    for module in parse_modules(hlo_text):
+        found = find_loops(module)
+        loops += found
+        by_name = {loop.name: loop for loop in found}
+        try:
+            module_extra, module_gemm, ok = _module_cost(module, by_name, xla_cost, max_xla_calls)
+        except _Budget:
+            module_extra, module_gemm, ok = _module_cost(module, by_name, None, max_xla_calls)
+            reason = f"more than {max_xla_calls} computations to cost"
+        else:
+            if not ok and found:
+                reason = reason or "XLA's cost of a loop body could not be read"
+        gemm += module_gemm
+        if not ok and found:
+            extra = None
+        elif extra is not None:
+            extra += module_extra
+    if extra is not None:  # GEMM FLOPs are reported whole, in custom_call_flops
+        extra = Cost(extra.flops, extra.transcendentals, extra.bytes_accessed)
+    return LoopCost(tuple(loops), extra, gemm, reason if extra is None else None)
+
+
+def _module_cost(
+    module: Module, loops: Mapping[str, Loop], xla_cost: XlaCost | None, max_calls: int
+) -> tuple[Cost, float, bool]:
+    """(F - X over the module's entries, loop-aware GEMM FLOPs, whether XLA's cost was read)."""
+    costing = _Costing(module, loops, xla_cost if loops else None, max_calls)
+    extra, gemm = Cost(), 0.0
+    for root in module.roots():
+        root_extra = costing.extra(root)
+        extra += root_extra
+        gemm += module.gemm_flops(root) + root_extra.gemm_flops
+    return extra, gemm, costing.xla_ok or not loops
+
+
+def _too_large(hlo_text: str, max_text_chars: int) -> LoopCost:
+    loops = _scan_loops(hlo_text)
+    gemm = None if "__cublas$" in hlo_text else 0.0  # every GEMM call target starts so
+    reason = f"HLO text of {len(hlo_text)} characters, over {max_text_chars}"
+    return LoopCost(loops, None if loops else Cost(), gemm, reason)
+
+
+def _scan_loops(hlo_text: str) -> tuple[Loop, ...]:
+    """The while loops of text too large to parse, with XLA's trip count annotation only."""
+    loops = []
+    for match in _WHILE_LINE.finditer(hlo_text):
+        known = _KNOWN_TRIP_COUNT.search(match["rest"])
+        trips = int(known[1]) if known else None
+        source = "known_trip_count" if known else "unknown"
+        loops.append(Loop(match["name"].lstrip("%"), "", "", "", trips, source))
+    return tuple(loops)
