@@ -346,3 +346,50 @@ def test_pilot_history_draws_sparklines(size: tuple[int, int]) -> None:
             assert "█" in screen_text(app)
 
     asyncio.run(scenario())
+
+
+def marked_jobs() -> Snapshot:
+    """One job with declared model FLOPs; one without, stepping by inference, FLOPs a bound."""
+    jobs = (
+        job("alpha", 101, devices=2, mfu=0.2, hfu=0.31, busy=0.9),
+        job("beta", 102, devices=1, mfu=None, hfu=0.45, busy=0.12, inferred=True,
+            lower_bound=True),
+    )  # fmt: skip
+    devices = (tpu_device(0, (101,)), tpu_device(1, (101,)))
+    return dataclasses.replace(snapshot(1, jobs=jobs), devices=devices)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 36)])
+def test_pilot_hfu_mfu_busy_and_marks_fit(size: tuple[int, int]) -> None:
+    async def scenario() -> None:
+        async with top(marked_jobs(), size=size) as (app, pilot, _):
+            await sees(pilot, app, "Jobs (2)")
+            text = screen_text(app)
+            lines = text.splitlines()
+            assert len(lines) <= size[1] and max(map(len, lines)) <= size[0]
+            header = next(line for line in lines if line.lstrip().startswith("PID"))
+            for column in ("MFU", "HFU", "BUSY", "STEPS"):  # all fit, even at 80 columns
+                assert column in header
+            rows = {
+                line.split()[0]: line for line in lines if line.split()[:1] in (["101"], ["102"])
+            }
+            beta, alpha = rows["102"], rows["101"]
+            assert "—" in beta and "≥45.0%" in beta and "~" in beta and "12%" in beta
+            assert "20.0%" in alpha and "31.0%" in alpha and "~" not in alpha
+            assert "BUSY" in lines[4] and "90%" in lines[5]  # the device panel
+            assert "~ inferred · ≥ lower bound · MFU — undeclared" in text
+
+    asyncio.run(scenario())
+
+
+def test_pilot_help_explains_mfu_and_the_marks() -> None:
+    async def scenario() -> None:
+        async with top(marked_jobs(), size=(80, 24)) as (app, pilot, _):
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await sees(pilot, app, "none declared")
+            text = screen_text(app)
+            assert "declare_model_flops" in text and "host-bound" in text
+            assert "~     steps inferred" in text and "≥     lower bound" in text
+
+    asyncio.run(scenario())

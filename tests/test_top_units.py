@@ -10,15 +10,18 @@ import pytest
 from xmon.cli import top as top_cli
 from xmon.model import DeviceMemory, HardwareCounters
 from xmon.top import fmt
-from xmon.top.help import describe_capture
+from xmon.top.help import LEGEND, describe_capture
 from xmon.top.history import History
+from xmon.top.panels import job_legend
+from xmon.top.tables import JOB_COLUMNS
 from xmon.top.viewmodel import device_rows, job_memory_limit, sort_by
 
 from views_support import GiB, job, snapshot, tpu_device
 
 
 def test_job_devices_land_on_their_hardware_rows() -> None:
-    train = job("train", 1000, devices=2, in_use=GiB, mfu=0.3)
+    train = job("train", 1000, devices=2, in_use=GiB, mfu=0.3, hfu=0.45, busy=0.8,
+                lower_bound=True)  # fmt: skip
     snap = snapshot(1, jobs=(train,), devices=(tpu_device(0, (1000,)), tpu_device(1, (1000,))))
     rows = device_rows(snap)
     assert [r.key for r in rows] == ["hw:libtpu:0", "hw:libtpu:1"]
@@ -26,7 +29,7 @@ def test_job_devices_land_on_their_hardware_rows() -> None:
     assert row.job_names == ("train",) and row.pids == (1000,)
     assert row.memory_used_bytes == 4 * GiB  # the driver's number wins over the allocator's
     assert row.memory_limit_bytes == 32 * GiB and row.memory_peak_bytes == 2 * GiB
-    assert row.utilization_ratio == 0.5 and row.mfu_ratio == 0.3
+    assert row.utilization_ratio == 0.5 and row.busy_ratio == 0.8
     assert row.memory_ratio == pytest.approx(0.125) and row.peak_ratio == pytest.approx(1 / 16)
 
 
@@ -41,6 +44,7 @@ def test_unmatched_job_devices_get_their_own_rows_and_filters_apply() -> None:
     assert len(cpu_rows) == 4 and all(r.memory_limit_bytes is None for r in cpu_rows)
     assert cpu_rows[0].memory_ratio is None  # no limit: no bar, never a guess
     assert cpu_rows[0].utilization_ratio is None and cpu_rows[0].power_watts is None
+    assert cpu_rows[0].busy_ratio is None
 
 
 def test_hardware_row_falls_back_to_job_memory_and_duty_cycle() -> None:
@@ -109,6 +113,7 @@ def test_history_is_bounded_and_forgets_gone_series() -> None:
     steps = history.series["job:1:steps"]
     assert list(steps.points) == [2.0, 2.0, 2.0]
     assert history.latest("job:1:mfu") == 0.4
+    assert "job:1:busy" not in history.series  # never sampled: no blank row
     for _ in range(2):
         history.add(snapshot(2))
     assert list(history.series["job:1:steps"].points) == [2.0, None, None]
@@ -136,3 +141,36 @@ def test_capture_replies_become_one_line() -> None:
 def test_cli_arguments(refresh: float, trace: float, tty: bool, message: str | None) -> None:
     args = argparse.Namespace(refresh=refresh, trace_seconds=trace)
     assert top_cli.problem(args, tty) == message
+
+
+def test_mfu_undeclared_is_a_dash_and_marks_qualify_numbers() -> None:
+    declared = job("a", 1, mfu=0.3, hfu=0.5, busy=0.25)
+    undeclared = job("b", 2, mfu=None, hfu=0.5, inferred=True, lower_bound=True)
+    unknown_peak = dataclasses.replace(
+        job("c", 3, mfu=None), steps=dataclasses.replace(job().steps, model_flops_per_step=6e11)
+    )
+    cells = {j.job_name: {c.label: c.cell(j) for c in JOB_COLUMNS}
+             for j in (declared, undeclared, unknown_peak)}  # fmt: skip
+    assert (cells["a"]["MFU"], cells["a"]["HFU"], cells["a"]["BUSY"]) == ("30.0%", "50.0%", "25%")
+    assert cells["b"]["MFU"] == fmt.UNDECLARED_TEXT and cells["b"]["HFU"] == "≥50.0%"
+    assert cells["c"]["MFU"] == fmt.NA_TEXT  # declared, but no peak: unknown, not undefined
+    assert cells["b"]["STEPS"] == "~100" and cells["b"]["STEP"].startswith("~")
+    assert cells["a"]["STEPS"] == "100" and cells["a"]["BUSY"] != fmt.NA_TEXT
+    assert cells["b"]["BUSY"] == fmt.NA_TEXT  # not sampled yet
+    legend = job_legend([declared, undeclared])
+    assert "~ inferred" in legend and "≥ lower bound" in legend and "MFU — undeclared" in legend
+    assert job_legend([declared]) == ""
+
+
+def test_history_marks_inferred_steps_and_skips_undeclared_mfu() -> None:
+    history = History(size=3)
+    history.add(snapshot(1, jobs=(job("a", 1, mfu=None, hfu=0.5, inferred=True, busy=0.5),)))
+    assert history.series["job:1:steps"].label == "a (1) ~steps/s"
+    assert "job:1:mfu" not in history.series
+    assert history.latest("job:1:hfu") == 0.5 and history.latest("job:1:busy") == 0.5
+
+
+def test_help_legend_explains_every_mark_and_fits_the_box() -> None:
+    marks = {mark for mark, _ in LEGEND}
+    assert {"HFU", "MFU", "BUSY", fmt.INFERRED_MARK, fmt.LOWER_BOUND_MARK} <= marks
+    assert all(len(text) <= 62 for _, text in LEGEND)  # 72-column box, border and mark column

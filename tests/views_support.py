@@ -51,6 +51,10 @@ def job(
     started_at: float = 1_700_000_000.0,
     platform: str = "tpu",
     compiles: int = 5,
+    hfu: float | None = None,
+    busy: float | None = None,
+    inferred: bool = False,
+    lower_bound: bool = False,
 ) -> Job:
     memory = DeviceMemory(bytes_in_use=in_use, peak_bytes_in_use=in_use * 2, bytes_limit=limit)
     kind = "TPU v6 lite" if platform == "tpu" else "cpu"
@@ -58,7 +62,7 @@ def job(
         job_name=name, pid=pid, hostname="node0", platform=platform, jax_version="0.10.2",
         jaxlib_version="0.10.2", started_at=started_at, last_report_at=started_at + 100,
         devices=tuple(
-            JobDevice(DeviceInfo(i, platform, kind, local_hardware_id=i), memory)
+            JobDevice(DeviceInfo(i, platform, kind, local_hardware_id=i), memory, busy)
             for i in range(devices)
         ),
         compile=CompileStats(
@@ -77,9 +81,12 @@ def job(
         steps=StepStats(
             steps_total=steps, step_seconds_total=steps * step_seconds,
             last_step_seconds=step_seconds, p50_step_seconds=step_seconds,
-            steps_per_second=1 / step_seconds, flops_per_step=1e12,
+            steps_per_second=1 / step_seconds, flops_per_step=1e12, inferred=inferred,
+            inferred_from=f"jit_{name}_0" if inferred else None,
         ),
-        utilization=Utilization(model_flops_utilization_ratio=mfu),
+        utilization=Utilization(model_flops_utilization_ratio=mfu,
+                                hardware_flops_utilization_ratio=hfu,
+                                flops_lower_bound=lower_bound),
         process=ProcessSample(1.2, 50.0, 2 * GiB, 10),
     )  # fmt: skip
 

@@ -179,7 +179,8 @@ _STEP_METRICS = (
        "so FLOPs per step, hardware FLOP/s and HFU are lower bounds; else 0. Absent while FLOPs "
        "per step are unknown.", JOB, "", "Job.utilization.flops_lower_bound"),
     _g("xmon_job_model_flops_per_step", "Model FLOPs of one step as the user declared them "
-       "(xmon.step(flops=...), e.g. 6 x parameters x tokens); absent without a declaration.",
+       "(xmon.declare_model_flops or xmon.step(flops=...), e.g. 6 x parameters x tokens); "
+       "absent without a declaration.",
        JOB, "", "Job.steps.model_flops_per_step"),
     _g("xmon_job_tokens_per_step", "Tokens of one step as the user declared them.",
        JOB, "", "Job.steps.tokens_per_step"),
@@ -468,7 +469,8 @@ Conventions:
 - Two utilisations: `xmon_job_hardware_flops_utilization_ratio` (HFU) counts every FLOP XLA
   says ran (loop-aware; rematerialisation and optimizer included) and exists wherever the peak
   is known; `xmon_job_model_flops_utilization_ratio` (MFU, PaLM's definition) counts only the
-  model FLOPs the job declares (`xmon.step(flops=...)`) and is absent without a declaration.
+  model FLOPs the job declares (`xmon.declare_model_flops(...)` or `xmon.step(flops=...)`) and
+  is absent without a declaration.
   Where `xmon_job_flops_lower_bound` is 1, hardware FLOPs and HFU are lower bounds.
 - Where `xmon_job_steps_inferred` is 1 the job marks no steps: step counts, times and rates are
   the executions of its dominant repeated program.

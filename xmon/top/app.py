@@ -128,7 +128,7 @@ class XmonTop(App[None]):
             self.query_one("#devices", Static).update(
                 panels.device_panel(device_rows(snapshot, self.tab_pid))
             )
-            self._show_table("#jobs", jobs, "Jobs")
+            self._show_table("#jobs", jobs, "Jobs", panels.job_legend(jobs))
         elif view == "memory":
             self.query_one("#memory-summary", Static).update(memory_summary(snapshot.host, jobs))
             self.query_one(MemoryTree).show(jobs)
@@ -140,16 +140,17 @@ class XmonTop(App[None]):
         elif view == "history":
             self._render_history()
 
-    def _show_table(self, selector: str, items: Sequence[object], title: str) -> None:
+    def _show_table(
+        self, selector: str, items: Sequence[object], title: str, legend: str = ""
+    ) -> None:
         table = self.query_one(selector, SortableTable)
         table.show(items)
         label_id = {"#jobs": "#jobs-label", "#programs-table": "#programs-label"}.get(
             selector, "#compiles-label"
         )
-        order = "descending" if table.reverse else "ascending"
-        self.query_one(label_id, Static).update(
-            f"{title} ({len(items)}), sorted by {table.sort_label} {order} — s: sort, r: reverse"
-        )
+        heading, width = f"{title} ({len(items)})", self.size.width
+        label = panels.table_label(heading, table.sort_label, table.reverse, legend, width)
+        self.query_one(label_id, Static).update(label)
 
     def _render_history(self) -> None:
         snapshot, pid = self.snapshot, self.tab_pid

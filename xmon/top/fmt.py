@@ -13,6 +13,9 @@ from rich.style import Style
 from rich.text import Text
 
 NA_TEXT = "n/a"
+UNDECLARED_TEXT = "—"  # MFU of a job that declares no model FLOPs: undefined, not unknown
+INFERRED_MARK = "~"  # step numbers inferred from the dominant repeated program (no markers)
+LOWER_BOUND_MARK = "≥"  # FLOPs of a loop with an unknown trip count: at least this
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -50,6 +53,11 @@ def seconds(value: float | None) -> str:
         hours, rest = divmod(int(value), 3600)
         return f"{hours}h{rest // 60:02d}m"
     return f"{value / 86400:.0f}d"
+
+
+def marked(text: str, mark: str, on: bool) -> str:
+    """``text`` with a qualifying mark in front when ``on``; "n/a" is never marked."""
+    return mark + text if on and text != NA_TEXT else text
 
 
 def rate(value: float | None) -> str:

@@ -11,6 +11,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from xmon.top import fmt
+
 CAPTURE_UNAVAILABLE = "capture is not available from this daemon"
 
 KEYS = (
@@ -25,6 +27,16 @@ KEYS = (
     ("x", "memory view: expand / collapse all"),
     ("arrows", "move in tables and the memory tree"),
     ("?", "this help (esc closes)"),
+)
+
+# What the overview's columns and marks mean; each line fits the 72-column help box.
+LEGEND = (
+    ("HFU", "FLOPs XLA counts as run (loops per trip, remat too) / peak"),
+    ("MFU", f"declared model FLOPs / peak (PaLM); {fmt.UNDECLARED_TEXT} none declared:"),
+    ("", "declare them: xmon.declare_model_flops(...), xmon.step(flops=)"),
+    ("BUSY", "device time running the job's programs; low: host-bound"),
+    (fmt.INFERRED_MARK, "steps inferred from the dominant program (no xmon.step)"),
+    (fmt.LOWER_BOUND_MARK, "lower bound: a loop's trip count is unknown to XLA"),
 )
 
 
@@ -42,7 +54,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         lines = [f"[b]{key:<11}[/b] {text}" for key, text in KEYS]
-        text = "\n".join(["[b]xmon top[/b] keys", "", *lines])
+        legend = [f"[b]{mark:<5}[/b] {text}" for mark, text in LEGEND]
+        text = "\n".join(["[b]xmon top[/b] keys", "", *lines, "", *legend])
         with Vertical():
             yield Static(text)
 

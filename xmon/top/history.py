@@ -10,7 +10,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from xmon.model import Snapshot
-from xmon.top.viewmodel import device_rows, job_memory_in_use
+from xmon.top import fmt
+from xmon.top.viewmodel import device_rows, job_busy_ratio, job_memory_in_use, mfu_declared
 
 DEFAULT_POINTS = 120
 
@@ -38,6 +39,7 @@ class History:
             series = self.series.get(key)
             if series is None:
                 series = self.series[key] = Series(label, unit, top, deque(maxlen=self.size))
+            series.label = label  # marks in it can change (steps become inferred)
             series.points.append(value)
             series.missing = 0
         for key in list(self.series):
@@ -74,9 +76,17 @@ def _job_points(snapshot: Snapshot) -> list[tuple[str, Point]]:
     out: list[tuple[str, Point]] = []
     for job in snapshot.jobs:
         name, key = f"{job.job_name} ({job.pid})", f"job:{job.pid}"
-        mfu = job.utilization.model_flops_utilization_ratio
-        out.append((f"{key}:steps", (f"{name} steps/s", "rate", None, job.steps.steps_per_second)))
-        out.append((f"{key}:mfu", (f"{name} MFU", "ratio", 1.0, mfu)))
+        u = job.utilization
+        steps = f"{name} {fmt.INFERRED_MARK if job.steps.inferred else ''}steps/s"
+        hfu = f"{name} HFU{' ' + fmt.LOWER_BOUND_MARK if u.flops_lower_bound else ''}"
+        out.append((f"{key}:steps", (steps, "rate", None, job.steps.steps_per_second)))
+        out.append((f"{key}:hfu", (hfu, "ratio", 1.0, u.hardware_flops_utilization_ratio)))
+        if mfu_declared(job):  # undeclared: no MFU at all, not a row of blanks
+            out.append((f"{key}:mfu", (f"{name} MFU", "ratio", 1.0,
+                                       u.model_flops_utilization_ratio)))  # fmt: skip
+        busy = job_busy_ratio(job)
+        if busy is not None:  # before the first execution sample the row would stay blank
+            out.append((f"{key}:busy", (f"{name} busy", "ratio", 1.0, busy)))
         out.append((f"{key}:mem", (f"{name} memory", "bytes", None, job_memory_in_use(job))))
     return out
 

@@ -15,7 +15,7 @@ from xmon.model import Job, Snapshot
 from xmon.top import fmt
 from xmon.top.feed import FeedStatus
 from xmon.top.history import History
-from xmon.top.viewmodel import DeviceRow
+from xmon.top.viewmodel import DeviceRow, mfu_declared
 
 NO_DEVICES = (
     "No devices: no hardware collector found accelerators on this host and no job with the "
@@ -68,7 +68,8 @@ def _host_line(snapshot: Snapshot | None) -> RenderableType:
 
 def device_panel(rows: Sequence[DeviceRow]) -> RenderableType:
     """One line per device: utilisation bar, memory bar (in use / limit, │ = peak), power,
-    temperature and the MFU of the job on it."""
+    temperature, and how busy the job on it keeps the device (HFU and MFU are per job: the
+    jobs table)."""
     if not rows:
         return Text(NO_DEVICES, style="dim")
     hardware = any(r.power_watts is not None or r.temperature_celsius is not None for r in rows)
@@ -81,7 +82,7 @@ def device_panel(rows: Sequence[DeviceRow]) -> RenderableType:
     if hardware:
         table.add_column("POWER", justify="right", no_wrap=True)
         table.add_column("TEMP", justify="right", no_wrap=True)
-    table.add_column("MFU", justify="right", no_wrap=True)
+    table.add_column("BUSY", justify="right", no_wrap=True)
     for row in rows:
         table.add_row(*_device_cells(row, hardware))
     return table
@@ -101,8 +102,32 @@ def _device_cells(row: DeviceRow, hardware: bool) -> list[RenderableType]:
     ]
     if hardware:
         cells += [Text(fmt.watts(row.power_watts)), Text(fmt.celsius(row.temperature_celsius))]
-    cells.append(Text(fmt.percent(row.mfu_ratio, 1)))
+    cells.append(Text(fmt.percent(row.busy_ratio)))
     return cells
+
+
+def table_label(heading: str, sort_label: str, reverse: bool, legend: str, width: int) -> str:
+    """The line above a table: its sort, then the marks it shows (which matter more than the
+    keys, listed under ?); the sort is said shortly where the whole line would not fit."""
+    order = "descending" if reverse else "ascending"
+    label = f"{heading}, sorted by {sort_label} {order}"
+    if not legend:
+        return f"{label} — s: sort, r: reverse"
+    if len(label) + len(legend) + 3 <= width:
+        return f"{label} — {legend}"
+    return f"{heading} by {sort_label} {'▼' if reverse else '▲'} — {legend}"
+
+
+def job_legend(jobs: Sequence[Job]) -> str:
+    """The marks the jobs table shows right now, explained in a few words (more under ?)."""
+    parts = []
+    if any(j.steps.inferred for j in jobs):
+        parts.append(f"{fmt.INFERRED_MARK} inferred")
+    if any(j.utilization.flops_lower_bound for j in jobs):
+        parts.append(f"{fmt.LOWER_BOUND_MARK} lower bound")
+    if any(not mfu_declared(j) for j in jobs):
+        parts.append(f"MFU {fmt.UNDECLARED_TEXT} undeclared")
+    return " · ".join(parts)
 
 
 def job_tabs(jobs: Sequence[Job], active_pid: int | None) -> Text:

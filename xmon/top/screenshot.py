@@ -48,7 +48,7 @@ def _ready(app: XmonTop) -> bool:
         snapshot
         and snapshot.jobs
         and len(snapshot.jobs[0].devices) == 4
-        and snapshot.jobs[0].utilization.model_flops_utilization_ratio is not None
+        and snapshot.jobs[0].utilization.hardware_flops_utilization_ratio is not None
     )
 
 

@@ -17,7 +17,13 @@ from textual.widgets import DataTable
 from xmon import derived
 from xmon.model import CompileEvent, Job, Program
 from xmon.top import fmt
-from xmon.top.viewmodel import job_memory_in_use, job_memory_limit, sort_by
+from xmon.top.viewmodel import (
+    job_busy_ratio,
+    job_memory_in_use,
+    job_memory_limit,
+    mfu_declared,
+    sort_by,
+)
 
 
 @dataclass(frozen=True)
@@ -95,19 +101,37 @@ def _job_cpu(job: Job) -> float | None:
     return job.process.cpu_utilization_ratio if job.process else None
 
 
+def _steps(text: str, job: Job) -> str:
+    """Step numbers of a job without step markers carry the inferred mark."""
+    return fmt.marked(text, fmt.INFERRED_MARK, job.steps.inferred)
+
+
+def _mfu(job: Job) -> str:
+    if not mfu_declared(job):
+        return fmt.UNDECLARED_TEXT
+    return fmt.percent(job.utilization.model_flops_utilization_ratio, 1)
+
+
+def _hfu(job: Job) -> str:
+    u = job.utilization
+    text = fmt.percent(u.hardware_flops_utilization_ratio, 1)
+    return fmt.marked(text, fmt.LOWER_BOUND_MARK, u.flops_lower_bound)
+
+
 JOB_COLUMNS = (
     Column("PID", lambda j: str(j.pid), lambda j: j.pid),
     Column("JOB", lambda j: j.job_name, lambda j: j.job_name.lower(), numeric=False),
     Column("DEV", lambda j: str(len(j.devices))),
     Column("MEMORY", _memory, job_memory_in_use),
-    Column("STEP", lambda j: fmt.seconds(j.steps.p50_step_seconds),
+    Column("STEP", lambda j: _steps(fmt.seconds(j.steps.p50_step_seconds), j),
            lambda j: j.steps.p50_step_seconds),
-    Column("STEPS/S", lambda j: fmt.rate(j.steps.steps_per_second),
+    Column("STEPS/S", lambda j: _steps(fmt.rate(j.steps.steps_per_second), j),
            lambda j: j.steps.steps_per_second),
-    Column("MFU", lambda j: fmt.percent(j.utilization.model_flops_utilization_ratio, 1),
-           lambda j: j.utilization.model_flops_utilization_ratio),
+    Column("MFU", _mfu, lambda j: j.utilization.model_flops_utilization_ratio),
+    Column("HFU", _hfu, lambda j: j.utilization.hardware_flops_utilization_ratio),
+    Column("BUSY", lambda j: fmt.percent(job_busy_ratio(j)), job_busy_ratio),
     Column("CPU", lambda j: fmt.percent(_job_cpu(j)), _job_cpu),
-    Column("STEPS", lambda j: str(j.steps.steps_total), lambda j: j.steps.steps_total),
+    Column("STEPS", lambda j: _steps(str(j.steps.steps_total), j), lambda j: j.steps.steps_total),
 )  # fmt: skip
 
 
@@ -136,7 +160,8 @@ PROGRAM_COLUMNS = (
     Column("JOB", lambda i: i.job.job_name, lambda i: i.job.job_name.lower(), numeric=False),
     Column("PROGRAM", lambda i: i.program.name, lambda i: i.program.name.lower(), numeric=False),
     Column("DEV", lambda i: str(i.program.num_devices)),
-    Column("FLOPS", lambda i: fmt.si(i.program.flops), _p(lambda p: p.flops)),
+    Column("FLOPS", lambda i: fmt.marked(fmt.si(i.program.flops), fmt.LOWER_BOUND_MARK,
+                                         i.program.flops_lower_bound), _p(lambda p: p.flops)),
     Column("BYTES", lambda i: fmt.si(i.program.bytes_accessed, "B"),
            _p(lambda p: p.bytes_accessed)),
     Column("FLOP/B", lambda i: fmt.rate(_intensity(i)), _intensity),
@@ -148,7 +173,7 @@ PROGRAM_COLUMNS = (
            _p(lambda p: p.peak_memory_bytes)),
     Column("COMPILE", lambda i: fmt.seconds(i.program.compile_seconds),
            _p(lambda p: p.compile_seconds)),
-    # executions per second in the job's latest trace capture (n/a until one was taken)
+    # executions per second: execution ledger or latest trace capture (n/a until either ran)
     Column("EXEC/S", lambda i: fmt.rate(i.program.executions_per_second),
            _p(lambda p: p.executions_per_second)),
     Column("CACHE", lambda i: "hit" if i.program.cache_hit else "", numeric=False),

@@ -28,7 +28,9 @@ class DeviceRow:
     memory_peak_bytes: int | None
     power_watts: float | None
     temperature_celsius: float | None
-    mfu_ratio: float | None  # of the one job on this device (MFU is per job, SPMD)
+    # Of the one job on this device: its share of sampled time running there (execution
+    # ledger). HFU and MFU are per job (SPMD programs run on all its devices alike): jobs table.
+    busy_ratio: float | None
 
     @property
     def memory_ratio(self) -> float | None:
@@ -91,7 +93,7 @@ def _hardware_row(device: Device, users: Sequence[tuple[Job, JobDevice]]) -> Dev
     limit = hw.memory_total_bytes
     if limit is None:
         limit = _max(jd.memory.bytes_limit for _, jd in users)
-    only = next(iter(jobs.values())) if len(jobs) == 1 else None
+    busy = users[0][1].busy_ratio if len(users) == 1 else None  # no union of several jobs
     return DeviceRow(
         key=f"hw:{device.source}:{device.index}",
         label=f"{device.platform} {device.index}",
@@ -106,7 +108,7 @@ def _hardware_row(device: Device, users: Sequence[tuple[Job, JobDevice]]) -> Dev
         memory_peak_bytes=_max(jd.memory.peak_bytes_in_use for _, jd in users),
         power_watts=hw.power_watts,
         temperature_celsius=hw.temperature_celsius,
-        mfu_ratio=only.utilization.model_flops_utilization_ratio if only else None,
+        busy_ratio=busy,
     )
 
 
@@ -124,7 +126,7 @@ def _job_device_row(job: Job, jd: JobDevice) -> DeviceRow:
         memory_peak_bytes=memory.peak_bytes_in_use,
         power_watts=None,
         temperature_celsius=None,
-        mfu_ratio=job.utilization.model_flops_utilization_ratio,
+        busy_ratio=jd.busy_ratio,
     )
 
 
@@ -144,6 +146,19 @@ def job_step_seconds(job: Job) -> float | None:
     return job.steps.p50_step_seconds
 
 
+def job_busy_ratio(job: Job) -> float | None:
+    """Mean busy ratio over the job's sampled devices (None before any sample)."""
+    known = [d.busy_ratio for d in job.devices if d.busy_ratio is not None]
+    return sum(known) / len(known) if known else None
+
+
+def mfu_declared(job: Job) -> bool:
+    """MFU needs the model FLOPs the job declares (xmon.step(flops=...)); without them it is
+    not unknown but undefined, which views show differently from "n/a"."""
+    u = job.utilization
+    return job.steps.model_flops_per_step is not None or u.model_flops_utilization_ratio is not None
+
+
 JOB_SORTS: dict[str, Callable[[Job], Any]] = {
     "pid": lambda j: j.pid,
     "name": lambda j: j.job_name.lower(),
@@ -151,6 +166,8 @@ JOB_SORTS: dict[str, Callable[[Job], Any]] = {
     "step time": job_step_seconds,
     "steps/s": lambda j: j.steps.steps_per_second,
     "MFU": lambda j: j.utilization.model_flops_utilization_ratio,
+    "HFU": lambda j: j.utilization.hardware_flops_utilization_ratio,
+    "BUSY": job_busy_ratio,
     "CPU": lambda j: j.process.cpu_utilization_ratio if j.process else None,
 }
 
