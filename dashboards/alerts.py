@@ -32,6 +32,14 @@ JOB_KEY = "on(instance, job_name, pid)"
 WHO = "{{ $labels.job_name }} (pid {{ $labels.pid }}) on {{ $labels.instance }}"
 DEV = "device {{ $labels.device }} on {{ $labels.instance }}"
 P50 = 'xmon_job_step_duration_seconds{quantile="0.5"}'
+STEPPING = f"{JOB_KEY} rate(xmon_job_steps_total[5m]) > 0"
+# MFU where the job declares model FLOPs, else HFU unless it is only a lower bound (a low lower
+# bound says nothing); the basis label says which one the alert is about.
+FLOPS_UTILIZATION = (
+    'label_replace(xmon_job_model_flops_utilization_ratio, "basis", "MFU", "", "")'
+    f" or {JOB_KEY} (label_replace(xmon_job_hardware_flops_utilization_ratio, "
+    f'"basis", "HFU", "", "") unless {JOB_KEY} xmon_job_flops_lower_bound == 1)'
+)
 
 DEVICES = (
     Alert("XmonDeviceMemoryNearFull",
@@ -55,13 +63,22 @@ DEVICES = (
           "The device has been busy less than 5% of the time for 15 minutes although a JAX "
           "job with the xmon agent runs on the host (input pipeline stall, host-bound step, "
           "or a chip the job does not use)."),
-    Alert("XmonJobLowMFU",
-          f"xmon_job_model_flops_utilization_ratio < 0.1 and {JOB_KEY}"
-          " rate(xmon_job_steps_total[5m]) > 0",
-          ("xmon_job_model_flops_utilization_ratio", "rate(xmon_job_steps_total[5m])"),
-          "30m", "info", f"Low model FLOPs utilisation: {WHO}",
-          "The job is stepping at {{ $value | humanizePercentage }} MFU (achieved FLOP/s over "
-          "the devices' peak) for 30 minutes."),
+    Alert("XmonJobLowFlopsUtilization",
+          f"({FLOPS_UTILIZATION}) < 0.1 and {STEPPING}",
+          ("xmon_job_model_flops_utilization_ratio", "xmon_job_hardware_flops_utilization_ratio",
+           "xmon_job_flops_lower_bound", "rate(xmon_job_steps_total[5m])"),
+          "30m", "info", f"Low FLOPs utilisation ({{{{ $labels.basis }}}}): {WHO}",
+          "The job is stepping at {{ $value | humanizePercentage }} {{ $labels.basis }} for 30 "
+          "minutes: MFU is the declared model FLOPs per second over the devices' peak, HFU "
+          "(for jobs that declare none) the FLOPs XLA counts as executed."),
+    Alert("XmonJobHostBound",
+          "max by (instance, job, job_name, pid) (xmon_job_device_busy_ratio) < 0.5"
+          f" and {STEPPING}",
+          ("xmon_job_device_busy_ratio", "rate(xmon_job_steps_total[5m])"), "15m", "warning",
+          f"Devices mostly idle while the job steps: {WHO}",
+          "The job keeps stepping but its busiest device ran its programs only "
+          "{{ $value | humanizePercentage }} of the sampled time for 15 minutes: the devices "
+          "wait on the host (input pipeline, Python between steps, host transfers)."),
 )  # fmt: skip
 
 JOBS = (

@@ -10,11 +10,12 @@ JOB_LINK = ("job_name", "Job view",
             "&var-job_name=${__data.fields.job_name}&${__url_time_range}")  # fmt: skip
 JOB = "{{instance}} {{job_name}} ({{pid}})"
 DEVICE = "{{instance}} dev {{device}}"
+JOB_KEY = "on(instance, job_name, pid)"
 
 
 def _stats() -> Row:
     def stat(title: str, description: str, expr: str, unit: str = "none") -> Panel:
-        return Panel(title, description, (q(expr),), "stat", unit, width=4, height=4)
+        return Panel(title, description, (q(expr),), "stat", unit, width=3, height=4)
 
     return Row("Fleet", (
         stat("Hosts up", "xmon daemons that have taken their first snapshot.",
@@ -25,9 +26,20 @@ def _stats() -> Row:
              f"count(xmon_job_info{{{H}}})"),
         stat("Job devices", "PJRT devices the attached jobs use.",
              f"count(xmon_job_device_info{{{H}}})"),
-        stat("Fleet MFU", "Achieved FLOP/s of all jobs over their devices' peak FLOP/s.",
+        stat("Fleet HFU", "Hardware FLOP/s of all jobs (what XLA counts as executed) over "
+             "their devices' peak FLOP/s.",
              f"sum(xmon_job_achieved_flops_per_second{{{H}}})"
              f" / sum(xmon_job_peak_flops_per_second{{{H}}})", "percentunit"),
+        stat("Fleet MFU", "Declared model FLOP/s over the peak FLOP/s of the jobs that declare "
+             "model FLOPs (PaLM's MFU); no data when none does.",
+             f"sum(xmon_job_achieved_model_flops_per_second{{{H}}})"
+             f" / sum(xmon_job_peak_flops_per_second{{{H}}} and {JOB_KEY}"
+             f" xmon_job_achieved_model_flops_per_second{{{H}}})", "percentunit"),
+        stat("Host-bound jobs", "Stepping jobs whose every device was busy less than half the "
+             "sampled time (the XmonJobHostBound alert's condition, without its 15 minutes).",
+             f"count(max by (instance, job_name, pid) (xmon_job_device_busy_ratio{{{H}}}) < 0.5"
+             f" and {JOB_KEY} rate(xmon_job_steps_total{{{H}}}[$__rate_interval]) > 0)"
+             " or vector(0)"),
         stat("Collectors down", "Collectors whose last run failed, fleet-wide.",
              f"count(xmon_collector_up{{{H}}} == 0) or vector(0)"),
     ))  # fmt: skip
@@ -70,8 +82,14 @@ def _heatmaps() -> Row:
         heat("PJRT memory in use per job device", "Live bytes each job holds per device.",
              f"xmon_job_device_memory_in_use_bytes{{{H}}}",
              "{{instance}} {{job_name}} dev {{device}}", "bytes"),
-        heat("Job MFU", "Model FLOPs utilisation of each job.",
+        heat("Job HFU", "Hardware FLOPs utilisation of each job.",
+             f"xmon_job_hardware_flops_utilization_ratio{{{H}}}", JOB, "percentunit"),
+        heat("Job MFU", "Model FLOPs utilisation of each job that declares its model FLOPs.",
              f"xmon_job_model_flops_utilization_ratio{{{H}}}", JOB, "percentunit"),
+        heat("Job device busy", "Share of the sampled time each job device ran the job's "
+             "programs; low while stepping: host-bound.",
+             f"xmon_job_device_busy_ratio{{{H}}}", "{{instance}} {{job_name}} dev {{device}}",
+             "percentunit"),
         heat("Host CPU", "CPU use of each host, all cores together.",
              f"xmon_host_cpu_utilization_ratio{{{H}}}", "{{instance}}", "percentunit"),
         heat("Host memory used", "Host memory in use over capacity.",
@@ -82,22 +100,31 @@ def _heatmaps() -> Row:
 
 def _jobs() -> Row:
     return Row("Jobs", (
-        Panel("Jobs", "Every attached job with its MFU, median step time and step rate; "
-              "job_name links to the job view.",
-              (q(f"xmon_job_info{{{H}}}"), q(f"xmon_job_model_flops_utilization_ratio{{{H}}}"),
+        Panel("Jobs", "Every attached job with its HFU, MFU (where declared), device busy, "
+              "median step time and step rate; job_name links to the job view.",
+              (q(f"xmon_job_info{{{H}}}"), q(f"xmon_job_hardware_flops_utilization_ratio{{{H}}}"),
+               q(f"xmon_job_model_flops_utilization_ratio{{{H}}}"),
+               q(f"avg by (instance, job_name, pid) (xmon_job_device_busy_ratio{{{H}}})"),
                q(f'xmon_job_step_duration_seconds{{{H}, quantile="0.5"}}'),
                q(f"xmon_job_steps_per_second{{{H}}}"),
                q(f"count by (instance, job_name, pid) (xmon_job_device_info{{{H}}})")),
               "table", width=24, links=(JOB_LINK,)),
         Panel("Steps per second", "Recent step rate of each job.",
               (q(f"xmon_job_steps_per_second{{{H}}}", JOB),), width=8),
-        Panel("MFU", "Model FLOPs utilisation of each job.",
+        Panel("HFU", "Hardware FLOPs utilisation of each job (what XLA counts as executed).",
+              (q(f"xmon_job_hardware_flops_utilization_ratio{{{H}}}", JOB),),
+              unit="percentunit", width=8),
+        Panel("MFU", "Model FLOPs utilisation of each job that declares its model FLOPs.",
               (q(f"xmon_job_model_flops_utilization_ratio{{{H}}}", JOB),),
               unit="percentunit", width=8),
+        Panel("Device busy", "Mean share of the sampled time each job's devices ran its "
+              "programs.",
+              (q(f"avg by (instance, job_name, pid) (xmon_job_device_busy_ratio{{{H}}})", JOB),),
+              unit="percentunit", width=12, max=1),
         Panel("Compiles per minute", "XLA compiles of each job; steady training compiles "
               "nothing.",
               (q(f"60 * rate(xmon_job_compiles_total{{{H}}}[$__rate_interval])", JOB),),
-              width=8),
+              width=12),
     ))  # fmt: skip
 
 

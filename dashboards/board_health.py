@@ -1,4 +1,5 @@
-"""xmon's own health: daemons and scrapes, collectors, agents and dropped reports."""
+"""xmon's own health: daemons and scrapes, collectors, agents and dropped reports, and the
+execution ledger (profiler samples) of each job."""
 
 from __future__ import annotations
 
@@ -77,10 +78,36 @@ def _agents() -> Row:
     ))  # fmt: skip
 
 
+def _ledger() -> Row:
+    return Row("Execution ledger", (
+        Panel("Execution samples per minute", "Short profiler samples each agent took for "
+              "the execution ledger (busy ratios, executions per program).",
+              (q(f"60 * rate(xmon_agent_ledger_samples_total{{{H}}}{RATE})", JOB),), width=8),
+        Panel("Samples skipped per minute", "Samples an agent did not take: the profiler was "
+              "busy (a capture or the job's own trace), or the sample was too large.",
+              (q(f"60 * rate(xmon_agent_ledger_samples_skipped_total{{{H}}}{RATE})", JOB),),
+              width=8),
+        Panel("Sample parse errors per minute", "Samples the daemon could not read.",
+              (q(f"60 * rate(xmon_job_ledger_parse_errors_total{{{H}}}{RATE})", JOB),),
+              width=8),
+        Panel("Samples in the window", "Samples the rates and busy ratios come from.",
+              (q(f"xmon_job_ledger_samples{{{H}}}", JOB),), width=8),
+        Panel("Sampled share of the window", "Profiler time of the window's samples over "
+              "the wall time they span.",
+              (q(f"xmon_job_ledger_sampled_seconds{{{H}}}"
+                 f" / xmon_job_ledger_window_seconds{{{H}}}", JOB),), unit="percentunit",
+              width=8),
+        Panel("Time since last sample", "Seconds since each job's newest execution sample.",
+              (q(f"time() - xmon_job_ledger_last_sample_timestamp_seconds{{{H}}}", JOB),),
+              unit="s", width=8),
+    ))  # fmt: skip
+
+
 BOARD = Board(
     uid="xmon-health",
     title="xmon / Health",
-    description="xmon itself: daemons, scrape time, collectors, agents and dropped reports.",
+    description="xmon itself: daemons, scrape time, collectors, agents and dropped reports, "
+    "and the execution ledger's samples.",
     variables=(Variable("instance", "Host", "label_values(xmon_up, instance)"),),
-    rows=(_daemons(), _collectors(), _agents()),
+    rows=(_daemons(), _collectors(), _agents(), _ledger()),
 )

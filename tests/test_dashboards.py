@@ -105,6 +105,28 @@ def test_every_metric_comes_from_the_table() -> None:
                for n in names), names  # fmt: skip
 
 
+def _titles_and_names(uid: str) -> list[tuple[str, set[str]]]:
+    board = load(REPO / "dashboards" / f"{uid}.json")
+    return [(p["title"], {n for t in p.get("targets", []) for n in metric_names(t["expr"])})
+            for p in panels(board)]  # fmt: skip
+
+
+def test_job_board_shows_hfu_and_mfu_side_by_side_with_busy_and_the_ledger() -> None:
+    job = _titles_and_names("xmon-job")
+    titles = [title for title, _ in job]
+    for first in (titles.index("HFU"), len(titles) - 1 - titles[::-1].index("HFU")):
+        assert titles[first + 1] == "MFU"  # the overview stat and the utilisation panel
+    names = set().union(*(n for _, n in job))
+    assert {"xmon_job_hardware_flops_utilization_ratio", "xmon_job_device_busy_ratio",
+            "xmon_job_flops_lower_bound", "xmon_job_steps_inferred",
+            "xmon_agent_ledger_samples_total", "xmon_job_program_flops_xla",
+            "xmon_job_tokens_per_second"} <= names  # fmt: skip
+    health = set().union(*(n for _, n in _titles_and_names("xmon-health")))
+    assert {"xmon_agent_ledger_samples_skipped_total", "xmon_job_ledger_parse_errors_total"} <= (
+        health
+    )
+
+
 def test_hardware_panels_say_so() -> None:
     for path in DASHBOARDS:
         for panel in panels(load(path)):

@@ -49,7 +49,8 @@ SUBSTITUTE = {"$__rate_interval": "10s", "$__range": "1m", "$__interval": "2s"}
 LABEL_VALUES = re.compile(r"label_values\((.*),\s*(\w+)\)$")
 
 # Steps on every device without collectives, a new input shape every third step (a recompile
-# each: the compile storm the alert is for), and the persistent compilation cache in use.
+# each: the compile storm the alert is for), and the persistent compilation cache in use. It
+# declares its model FLOPs (6 x parameters per token), so the MFU and tokens/s panels have data.
 JOB = r"""
 import os, pathlib, time
 import jax, jax.numpy as jnp
@@ -68,6 +69,7 @@ def probe(v):
     return (v * 2.0).sum()
 
 devices = jax.local_devices()
+xmon.declare_model_flops(per_token=6 * 128 * 128, tokens_per_step=64 * len(devices))
 ws = [jax.device_put(jnp.ones((128, 128)) / 128, d) for d in devices]
 xs = [jax.device_put(jnp.ones((64, 128)), d) for d in devices]
 step = 0
@@ -208,7 +210,7 @@ def test_every_alert_signal_returns_data(ready: Stack) -> None:
 def test_the_real_job_trips_the_alerts_it_should(ready: Stack) -> None:
     """A CPU job far below its peak FLOP/s, recompiling every third step."""
     by_name = {a.name: a for a in ALERTS}
-    for name in ("XmonJobLowMFU", "XmonCompileStorm"):
+    for name in ("XmonJobLowFlopsUtilization", "XmonCompileStorm"):
         expr = by_name[name].expr
         found = wait_for(lambda e=expr: ready.query(e), 120, f"{name} to be true", interval=1)
         assert {s["metric"]["job_name"] for s in found} == {JOB_NAME}
@@ -235,7 +237,7 @@ def test_prometheus_loads_and_evaluates_every_rule(ready: Stack) -> None:
     active = wait_for(
         lambda: {a["labels"]["alertname"] for a in
                  _get(f"{ready.prometheus.url}/api/v1/alerts")["data"]["alerts"]}
-        >= {"XmonJobLowMFU", "XmonCompileStorm"} or None,
+        >= {"XmonJobLowFlopsUtilization", "XmonCompileStorm"} or None,
         60, "the job's alerts to be pending",
     )  # fmt: skip
     assert active
