@@ -139,8 +139,9 @@ def start_job(
         XMON_SOCKET=str(socket_path),
         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
         JAX_PLATFORMS="cpu",
-        **env,
+        XMON_LEDGER_FIRST_DELAY="1",  # the first execution sample soon, then the default pace
     )
+    full_env.update(env)
     cmd = [sys.executable, "-m", "xmon", "run", "--job-name", name, "--period", str(period), "--",
            sys.executable, str(script_path)]  # fmt: skip
     return spawn(cmd, workdir / f"{name}.log", full_env)

@@ -33,6 +33,7 @@ keep = [jax.device_put(jnp.ones((4096,)) * i, d) for i, d in enumerate(jax.local
 with xmon.step():
     r = train_step(a, b)
 cost = train_step.lower(a, b).compile().cost_analysis()
+xmon.declare_model_flops(per_step=2 * 256 * 128 * 64)
 out.write_text(json.dumps({"flops": cost["flops"], "attached": xmon.is_attached()}))
 steps = 0
 checksum = 0.0
@@ -95,6 +96,10 @@ def test_job_metrics_reach_prometheus_and_vanish_when_the_job_ends(
         lambda: prom.values(f"xmon_job_model_flops_utilization_ratio{sel}"), 30, "MFU series"
     )
     assert all(0 < v < 10 for v in mfu.values())
+    hfu = wait_for(  # from the execution ledger's first sample
+        lambda: prom.values(f"xmon_job_hardware_flops_utilization_ratio{sel}"), 30, "HFU series"
+    )
+    assert all(0 < v < 10 for v in hfu.values())
     assert prom.values(f"xmon_job_steps_per_second{sel}")
 
     output = _finish(job, tmp_path)

@@ -17,7 +17,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "attach", "detach", "step", "is_attached"]
+__all__ = [
+    "__version__",
+    "attach",
+    "declare_model_flops",
+    "detach",
+    "flops_per_token",
+    "is_attached",
+    "step",
+]
 
 
 def attach(*args: Any, **kwargs: Any) -> Any:
@@ -46,3 +54,19 @@ def is_attached() -> bool:
 
     agent = sys.modules.get("xmon.agent")
     return bool(agent is not None and agent.is_attached())
+
+
+def declare_model_flops(*args: Any, **kwargs: Any) -> None:
+    """Declare model FLOPs per step (or per token) for MFU (see xmon.agent.declare_model_flops)."""
+    from xmon import agent
+
+    agent.declare_model_flops(*args, **kwargs)
+
+
+def flops_per_token(
+    n_params: float, n_layers: int = 0, context: int = 0, d_model: int = 0
+) -> float:
+    """6·N (+ attention) model FLOPs per training token (see xmon.execution.rates)."""
+    from xmon.execution import rates
+
+    return rates.flops_per_token(n_params, n_layers, context, d_model)

@@ -62,40 +62,6 @@ def program_total_bytes(program: Program) -> float | None:
     return program.bytes_accessed * max(1, program.num_devices)
 
 
-def step_programs(programs: Iterable[Program]) -> list[Program]:
-    """The programs a step runs: those compiled inside a step, newest per name.
-
-    A recompile (new shapes) replaces the older executable of the same name, which no longer
-    runs once shapes are stable.
-    """
-    latest: dict[str, Program] = {}
-    for program in programs:
-        if not program.in_step:
-            continue
-        current = latest.get(program.name)
-        if current is None or (program.compiled_at or 0.0) >= (current.compiled_at or 0.0):
-            latest[program.name] = program
-    return list(latest.values())
-
-
-def flops_per_step(programs: Iterable[Program]) -> float | None:
-    """Sum of all-device FLOPs of the step's programs, or None if none are known."""
-    totals = [program_total_flops(p) for p in step_programs(programs)]
-    known = [t for t in totals if t is not None]
-    return sum(known) if known else None
-
-
-def bytes_per_step(programs: Iterable[Program]) -> float | None:
-    totals = [program_total_bytes(p) for p in step_programs(programs)]
-    known = [t for t in totals if t is not None]
-    return sum(known) if known else None
-
-
-def flops_lower_bound(programs: Iterable[Program]) -> bool:
-    """True when a step program's FLOPs are known to be incomplete (cost analysis missing)."""
-    return any(p.flops is None for p in step_programs(programs))
-
-
 def achieved_rate(per_step: float | None, steps_per_s: float | None) -> float | None:
     """FLOP/s or bytes/s achieved: work per step times steps per second."""
     if per_step is None or steps_per_s is None:

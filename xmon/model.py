@@ -219,6 +219,7 @@ class Program:
     executions_window_seconds: float | None = None  # how long that trace recorded
     executions_counted_at: float | None = None  # wall clock when that trace ended
     executions_source: str | None = None  # "ledger" (sampled) | "capture" (a full trace)
+    executions_per_step: float | None = None  # ledger: e.g. 4 for 4 micro-batches a step
     # Mean device time of one execution on one device, from the same samples.
     device_seconds_per_execution: float | None = None
 

@@ -18,8 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from xmon.agent.core import Agent
+from xmon.agent.sampler import config_from
+from xmon.execution.rates import flops_per_token
 
-__all__ = ["Agent", "attach", "detach", "is_attached", "current", "step"]
+__all__ = [
+    "Agent",
+    "attach",
+    "current",
+    "declare_model_flops",
+    "detach",
+    "flops_per_token",
+    "is_attached",
+    "step",
+]
 
 log = logging.getLogger("xmon.agent")
 
@@ -32,9 +43,17 @@ def attach(
     period: float = 1.0,
     socket_path: str | os.PathLike[str] | None = None,
     step_annotations: bool = True,
+    ledger: bool | None = None,
+    ledger_interval: float | None = None,
+    ledger_duration: float | None = None,
 ) -> Agent:
     """Start reporting this job to the local xmon daemon. Idempotent: a second call returns
-    the running agent (a different job_name or period is ignored with a warning)."""
+    the running agent (a different job_name or period is ignored with a warning).
+
+    The execution ledger (what ran, how often; xmon.agent.sampler) records the job for
+    ``ledger_duration`` seconds every ``ledger_interval`` seconds; ``ledger=False`` (or
+    ``XMON_LEDGER=off``) turns it off, and with it executed FLOPs, HFU and device busy ratio.
+    """
     global _agent
     with _lock:
         if _agent is not None:
@@ -46,6 +65,7 @@ def attach(
             period=period,
             socket_path=Path(socket_path) if socket_path else None,
             step_annotations=step_annotations,
+            ledger=config_from(ledger, ledger_interval, ledger_duration),
         )
         agent.start()
         _agent = agent
@@ -100,9 +120,9 @@ def step(
 ) -> Any:
     """Mark training steps. ``with xmon.step(): ...`` or ``@xmon.step`` / ``xmon.step(fn)``.
 
-    FLOPs per step come from the cost analysis of the programs compiled inside steps; pass
-    ``flops=`` (and ``bytes_accessed=``) to declare them instead. Without an attached agent
-    this is a no-op, so instrumented code runs unchanged.
+    Hardware FLOPs per step come from what the job executed (the execution ledger); ``flops=``
+    declares the step's *model* FLOPs (as :func:`declare_model_flops`), which MFU is computed
+    from. Without an attached agent this is a no-op, so instrumented code runs unchanged.
     """
     agent = _agent
     if agent is not None:
@@ -113,6 +133,38 @@ def step(
     if fn is not None:
         return _wrap_lazily(fn)
     return agent.steps.step() if agent is not None else _NoStep()
+
+
+def declare_model_flops(
+    per_step: float | None = None,
+    *,
+    per_token: float | None = None,
+    tokens_per_step: float | None = None,
+) -> None:
+    """Declare the model FLOPs of one training step, for MFU (PaLM's model FLOPs utilisation).
+
+    Either ``per_step``, or ``per_token`` with ``tokens_per_step`` (e.g. ``per_token =
+    xmon.flops_per_token(n_params)``, the 6·N rule for a dense decoder's forward and backward
+    pass). ``tokens_per_step`` alone also gives tokens/s. Without a declaration xmon shows HFU
+    (the FLOPs XLA counts) and no MFU. A no-op without an attached agent.
+    """
+    values = {"per_step": per_step, "per_token": per_token, "tokens_per_step": tokens_per_step}
+    for name, value in values.items():
+        if value is not None and not (value > 0 and value != float("inf")):
+            raise ValueError(f"xmon.declare_model_flops: {name} must be positive, got {value}")
+    if per_token is not None and tokens_per_step is None:
+        raise ValueError("xmon.declare_model_flops: per_token needs tokens_per_step")
+    if per_step is not None and per_token is not None:
+        raise ValueError("xmon.declare_model_flops: give per_step or per_token, not both")
+    agent = _agent
+    if agent is None:
+        return
+    if per_token is not None and tokens_per_step is not None:
+        per_step = per_token * tokens_per_step
+    if per_step is not None:
+        agent.steps.declared_flops_per_step = float(per_step)
+    if tokens_per_step is not None:
+        agent.declared_tokens_per_step = float(tokens_per_step)
 
 
 def _wrap_lazily(fn: Callable[..., Any]) -> Callable[..., Any]:

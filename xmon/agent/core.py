@@ -17,6 +17,7 @@ from xmon.agent import memory
 from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
+from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
 from xmon.model import Program
@@ -44,6 +45,7 @@ class Agent:
         socket_path: Path | None = None,
         step_annotations: bool = True,
         env: Mapping[str, str] | None = None,
+        ledger: LedgerConfig | None = None,
     ) -> None:
         env = os.environ if env is None else env
         if not 0.01 <= period <= 3600:
@@ -53,6 +55,7 @@ class Agent:
         self.socket_path = socket_path or paths.default_socket_path(env)
         self.started_at = time.time()
         self.steps = StepTimer()
+        self.declared_tokens_per_step: float | None = None  # xmon.declare_model_flops
         self.compiles = CompileRecorder(in_step=self.steps.in_step)
         self._hooks = CompileHooks(self.compiles)
         self._annotations = StepAnnotationHook(self.steps) if step_annotations else None
@@ -62,6 +65,12 @@ class Agent:
         self._commands = CommandRunner(self._send_result, self.hlo)
         self.transport = Transport(
             paths.grpc_target(self.socket_path), self._hello, self._commands.submit
+        )
+        self.sampler = ExecutionSampler(
+            ledger or LedgerConfig.from_env(env),
+            self._send_sample,
+            self._sampling_wanted,
+            step_begins=lambda: self.steps.begin_times,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -79,9 +88,11 @@ class Agent:
         self.transport.start()
         self._thread = threading.Thread(target=self._loop, name="xmon-agent", daemon=True)
         self._thread.start()
+        self.sampler.start()
 
     def stop(self, flush_timeout: float = 1.0) -> None:
         self._stop.set()
+        self.sampler.stop()
         if self._thread is not None:
             self._thread.join(self.period + 1.0)
         if self.transport.connected:
@@ -202,6 +213,8 @@ class Agent:
             counters.flops_per_step = self.steps.declared_flops_per_step
         if self.steps.declared_bytes_per_step is not None:
             counters.bytes_per_step = self.steps.declared_bytes_per_step
+        if self.declared_tokens_per_step is not None:
+            counters.tokens_per_step = self.declared_tokens_per_step
         return counters
 
     def _agent_counters(self) -> xmon_pb2.AgentCounters:
@@ -211,11 +224,20 @@ class Agent:
             reports_dropped_total=c.reports_dropped,
             events_dropped_total=self.compiles.events_dropped,
             reconnects_total=c.reconnects,
-            overhead_seconds_total=self.overhead_seconds,
+            overhead_seconds_total=self.overhead_seconds + self.sampler.busy_seconds,
+            ledger_samples_total=self.sampler.samples_total,
+            ledger_samples_skipped_total=self.sampler.skipped_total,
         )
 
     def _send_result(self, result: xmon_pb2.CommandResult) -> None:
         self.transport.offer(Outgoing(xmon_pb2.AgentMessage(result=result)))
+
+    def _send_sample(self, sample: xmon_pb2.ExecutionSample) -> bool:
+        return self.transport.offer(Outgoing(xmon_pb2.AgentMessage(execution_sample=sample)))
+
+    def _sampling_wanted(self) -> bool:
+        # Nobody to send to, or no backend yet: profiling would cost the job for nothing.
+        return self.transport.connected and bool(self._devices)
 
 
 def _process_index() -> int:

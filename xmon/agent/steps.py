@@ -28,6 +28,8 @@ class StepTimer:
         self._local = threading.local()
         self._last_start: float | None = None
         self._pending: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
+        # Clock readings of recent step begins, for the execution sampler (xmon.agent.sampler)
+        self.begin_times: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
         self.steps_total = 0
         self.step_seconds_total = 0.0
         self.declared_flops_per_step: float | None = None
@@ -45,6 +47,7 @@ class StepTimer:
             return False
         now = self._clock()
         self._local.started = now
+        self.begin_times.append(now)
         with self._lock:
             previous, self._last_start = self._last_start, now
         if previous is not None:

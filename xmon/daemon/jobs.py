@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xmon import derived
+from xmon.execution import rates
+from xmon.execution.ledger import JobLedger, LedgerRates
 from xmon.model import (
     AgentHealth,
     CompileEvent,
@@ -23,6 +25,7 @@ from xmon.model import (
     DeviceMemory,
     Job,
     JobDevice,
+    LedgerStats,
     ProcessSample,
     Program,
     StepStats,
@@ -68,6 +71,7 @@ class JobState:
     )
     steps_changed_monotonic: float = 0.0
     platform: str = ""
+    ledger: JobLedger = field(default_factory=JobLedger)
     _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +166,9 @@ def program_from_proto(p: xmon_pb2.ProgramInfo) -> Program:
         cache_hit=p.cache_hit,
         in_step=p.in_step,
         program_ids=tuple(p.program_ids[-MAX_PROGRAM_IDS:]),
+        flops_lower_bound=p.flops_lower_bound,
+        loops=p.loops,
+        loops_unknown_trip_count=p.loops_unknown_trip_count,
         **optional,
     )
 
@@ -191,9 +198,14 @@ class JobBuilder:
 
     def build(self, state: JobState, process: ProcessSample | None) -> Job:
         hello, report = state.hello, state.report
-        devices = self._devices(state)
-        programs = state.sorted_programs()
-        steps = self._steps(state, programs)
+        counters = report.steps if report else xmon_pb2.StepCounters()
+        ledger = state.ledger.rates()
+        marked_rate = self._marked_rate(state) if counters.steps_total else None
+        step_rate = marked_rate if counters.steps_total else ledger.steps_per_second
+        programs = tuple(rates.with_ledger(p, ledger, step_rate) for p in state.sorted_programs())
+        devices = self._devices(state, ledger)
+        work = rates.executed_work(programs)
+        steps = self._steps(state, counters, programs, step_rate, work)
         return Job(
             **state.identity,
             platform=state.platform or hello.platform or "unknown",
@@ -202,54 +214,80 @@ class JobBuilder:
             compile=_compile_stats(report, tuple(state.compile_events)),
             programs=programs,
             steps=steps,
-            utilization=self._utilization(steps, devices, programs),
+            utilization=self._utilization(steps, devices, work),
             process=process,
             agent=_agent_health(report),
+            ledger=_ledger_stats(state.ledger, ledger),
         )
 
-    def _devices(self, state: JobState) -> tuple[JobDevice, ...]:
+    def _marked_rate(self, state: JobState) -> float | None:
+        """Steps/s over the latest marked steps; 0 once the job has stopped stepping."""
+        window = tuple(state.steps_window)
+        rate = derived.steps_per_second(window[-THROUGHPUT_WINDOW:])
+        p50 = derived.percentile(window, 50)
+        if rate is not None and p50 is not None:
+            idle = self._clock() - state.steps_changed_monotonic
+            if idle > 5.0 + 10 * p50:
+                return 0.0  # the job stopped stepping: no throughput, not "unknown"
+        return rate
+
+    def _devices(self, state: JobState, ledger: LedgerRates) -> tuple[JobDevice, ...]:
         samples = {s.device_id: s for s in state.report.memory} if state.report else {}
+        busy: dict[int, float] = {}
+        if ledger.samples:
+            ordinals = {
+                i: info.local_hardware_id
+                for i, info in state.devices.items()
+                if info.local_hardware_id is not None
+            }
+            busy = rates.busy_by_device(ledger.busy_ratio, list(state.devices), ordinals)
         return tuple(
             JobDevice(
                 info=info,
                 memory=device_memory(samples[device_id])
                 if device_id in samples
                 else DeviceMemory(),
+                busy_ratio=busy.get(device_id),
             )
             for device_id, info in sorted(state.devices.items())
         )
 
-    def _steps(self, state: JobState, programs: tuple[Program, ...]) -> StepStats:
-        counters = state.report.steps if state.report else xmon_pb2.StepCounters()
+    def _steps(
+        self,
+        state: JobState,
+        counters: xmon_pb2.StepCounters,
+        programs: tuple[Program, ...],
+        rate: float | None,
+        work: rates.ExecutedWork,
+    ) -> StepStats:
         window = tuple(state.steps_window)
-        recent = window[-THROUGHPUT_WINDOW:]
-        rate = derived.steps_per_second(recent)
-        p50 = derived.percentile(window, 50)
-        if rate is not None and p50 is not None:
-            idle = self._clock() - state.steps_changed_monotonic
-            if idle > 5.0 + 10 * p50:
-                rate = 0.0  # the job stopped stepping: no throughput, not "unknown"
-        declared_flops = counters.flops_per_step if counters.HasField("flops_per_step") else None
-        declared_bytes = counters.bytes_per_step if counters.HasField("bytes_per_step") else None
+        inferred_from = None
+        if not counters.steps_total and rate:
+            # No markers: the program that used the most device time stands for the step.
+            stand_in = rates.step_program(programs)
+            inferred_from = stand_in.name if stand_in is not None else None
+        declared_bytes = _declared(counters, "bytes_per_step")
         return StepStats(
             steps_total=counters.steps_total,
             step_seconds_total=counters.step_seconds_total,
             last_step_seconds=window[-1] if window else None,
-            p50_step_seconds=p50,
+            p50_step_seconds=(1.0 / rate if rate else None)
+            if inferred_from
+            else derived.percentile(window, 50),
             p90_step_seconds=derived.percentile(window, 90),
             p99_step_seconds=derived.percentile(window, 99),
-            steps_per_second=rate,
-            flops_per_step=declared_flops
-            if declared_flops is not None
-            else derived.flops_per_step(programs),
-            bytes_per_step=declared_bytes
-            if declared_bytes is not None
-            else derived.bytes_per_step(programs),
+            steps_per_second=rate if counters.steps_total or inferred_from else None,
+            flops_per_step=work.flops_per_step,
+            bytes_per_step=declared_bytes if declared_bytes is not None else work.bytes_per_step,
+            model_flops_per_step=_declared(counters, "flops_per_step"),
+            tokens_per_step=_declared(counters, "tokens_per_step"),
             window=window[-THROUGHPUT_WINDOW:],
+            inferred=inferred_from is not None,
+            inferred_from=inferred_from,
         )
 
     def _utilization(
-        self, steps: StepStats, devices: tuple[JobDevice, ...], programs: tuple[Program, ...]
+        self, steps: StepStats, devices: tuple[JobDevice, ...], work: rates.ExecutedWork
     ) -> Utilization:
         peaks = [self._peaks.lookup(d.info.device_kind) for d in devices]
         peak_flops = derived.sum_known(p.flops_per_second if p else None for p in peaks)
@@ -258,15 +296,34 @@ class JobBuilder:
             peak_flops = peak_bytes = None
         flops_rate = derived.achieved_rate(steps.flops_per_step, steps.steps_per_second)
         bytes_rate = derived.achieved_rate(steps.bytes_per_step, steps.steps_per_second)
+        model_rate = derived.achieved_rate(steps.model_flops_per_step, steps.steps_per_second)
         return Utilization(
             achieved_flops_per_second=flops_rate,
             achieved_bytes_per_second=bytes_rate,
+            achieved_model_flops_per_second=model_rate,
             peak_flops_per_second=peak_flops,
             peak_bytes_per_second=peak_bytes,
-            model_flops_utilization_ratio=derived.utilization_ratio(flops_rate, peak_flops),
+            model_flops_utilization_ratio=derived.utilization_ratio(model_rate, peak_flops),
+            hardware_flops_utilization_ratio=derived.utilization_ratio(flops_rate, peak_flops),
             memory_bandwidth_utilization_ratio=derived.utilization_ratio(bytes_rate, peak_bytes),
-            flops_lower_bound=derived.flops_lower_bound(programs),
+            flops_lower_bound=work.lower_bound,
+            tokens_per_second=derived.achieved_rate(steps.tokens_per_step, steps.steps_per_second),
         )
+
+
+def _declared(counters: xmon_pb2.StepCounters, name: str) -> float | None:
+    return getattr(counters, name) if counters.HasField(name) else None
+
+
+def _ledger_stats(ledger: JobLedger, rates_now: LedgerRates) -> LedgerStats:
+    return LedgerStats(
+        samples=rates_now.samples,
+        sampled_seconds=rates_now.sampled_seconds,
+        window_seconds=rates_now.window_seconds,
+        last_sample_at=rates_now.last_sample_at,
+        parse_errors_total=ledger.parse_errors_total,
+        samples_dropped_total=ledger.samples_dropped_total,
+    )
 
 
 def _compile_stats(

@@ -19,6 +19,7 @@ import grpc
 
 from xmon import __version__
 from xmon.daemon.jobs import JobState
+from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
 from xmon.model import Snapshot, snapshot_to_dict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
@@ -59,6 +60,7 @@ class Hub:
     fresh_waiters: list[tuple[int, asyncio.Future[xmon_pb2.SnapshotMessage]]] = field(
         default_factory=list
     )
+    ledger_reader: LedgerReader = field(default_factory=LedgerReader)
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -193,6 +195,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
                 state.apply(message.report, time.time(), time.monotonic())
             elif kind == "result":
                 link.resolve(message.result)
+            elif kind == "execution_sample":
+                hub.ledger_reader.submit(state.ledger, message.execution_sample)
             else:
                 hub.counters.reports_rejected += 1
 

@@ -86,6 +86,42 @@ def count_executions(spaces: Iterable[xplane_pb2.XSpace]) -> dict[int, int]:
     return counter.counts()
 
 
+def stat_ids(names: Mapping[int, str], wanted: Iterable[str]) -> dict[str, int | None]:
+    """The stat metadata id of each wanted stat name in a plane (None: the plane has none)."""
+    by_name: dict[str, int] = {}
+    for key, value in names.items():
+        by_name.setdefault(value, key)
+    return {name: by_name.get(name) for name in wanted}
+
+
+StatValue = int | str | None
+
+
+def stat_value(
+    stats: Iterable[xplane_pb2.XStat],
+    ids: Mapping[str, int | None],
+    names: Mapping[int, str],
+    base: Mapping[str, StatValue],
+) -> dict[str, StatValue]:
+    """``base`` overlaid with the wanted stats found in ``stats``: integers where the value is
+    one (ids arrive as int64, uint64, decimal text or a reference), else the text."""
+    by_id = {key: name for name, key in ids.items() if key is not None}
+    result = dict(base)
+    for item in stats:
+        name = by_id.get(item.metadata_id)
+        if name is not None:
+            value = _int_value(item, names)
+            result[name] = value if value is not None else _text_value(item, names)
+    return result
+
+
+def _text_value(item: xplane_pb2.XStat, names: Mapping[int, str]) -> str:
+    kind = item.WhichOneof("value")
+    if kind == "ref_value":
+        return names.get(item.ref_value, "")
+    return item.str_value if kind == "str_value" else str(getattr(item, kind or "str_value", ""))
+
+
 def _stat_id(names: Mapping[int, str], name: str) -> int | None:
     return next((key for key, value in names.items() if value == name), None)
 

@@ -1,0 +1,227 @@
+"""The execution ledger on samples built with the XSpace stubs (xmon.execution.ledger) and the
+rates derived from it (xmon.execution.rates)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from xmon.daemon.ledger_reader import LedgerReader
+from xmon.execution import rates
+from xmon.execution.ledger import (
+    JobLedger,
+    SampleReading,
+    SampleUnreadable,
+    ledger_rates,
+    parse_sample,
+)
+from xmon.model import Program
+from xmon.proto import xmon_pb2
+from xmon.proto import xplane_pb2 as xp
+
+PROGRAM, RUN, ORDINAL, OP = 1, 2, 3, 4  # stat metadata ids
+MS = 10**9  # picoseconds
+
+
+def host_plane() -> xp.XPlane:
+    """The CPU backend's plane: ops on host threads, each with its device ordinal."""
+    plane = xp.XPlane(name="/host:CPU")
+    for key, name in ((PROGRAM, "program_id"), (RUN, "run_id"), (ORDINAL, "device_ordinal"),
+                      (OP, "hlo_op")):  # fmt: skip
+        plane.stat_metadata[key].CopyFrom(xp.XStatMetadata(id=key, name=name))
+    return plane
+
+
+def cpu_op(line: xp.XLine, program: int, run: int, device: int, start_ms: float,
+           length_ms: float) -> None:  # fmt: skip
+    line.events.append(xp.XEvent(
+        offset_ps=int(start_ms * MS), duration_ps=int(length_ms * MS),
+        stats=[xp.XStat(metadata_id=PROGRAM, int64_value=program),
+               xp.XStat(metadata_id=RUN, int64_value=run),
+               xp.XStat(metadata_id=ORDINAL, int64_value=device),
+               xp.XStat(metadata_id=OP, str_value="fusion")]))  # fmt: skip
+
+
+def periodic_space(
+    period_ms: float, steps: int, devices: int = 2, offset_ms: float = 3.0
+) -> xp.XSpace:
+    """Program 7 (the step: two 2 ms ops per device) every period; program 9 (1 ms on device
+    0) once every other period; a host wait event with a device ordinal but no op."""
+    plane = host_plane()
+    line = plane.lines.add(name="tf_XLAPjRtCpuClient/1")
+    run = 1000
+    for i in range(steps):
+        start = offset_ms + i * period_ms
+        run += 1
+        for device in range(devices):
+            cpu_op(line, 7, run, device, start, 2.0)
+            cpu_op(line, 7, run, device, start + 1.0, 2.0)  # overlaps the first: counted once
+        if i % 2 == 0:
+            run += 1
+            cpu_op(line, 9, run, 0, start + 4.0, 1.0)
+    line.events.append(xp.XEvent(offset_ps=0, duration_ps=50 * MS, stats=[
+        xp.XStat(metadata_id=ORDINAL, int64_value=0),
+        xp.XStat(metadata_id=RUN, int64_value=1)]))  # fmt: skip
+    return xp.XSpace(planes=[plane])
+
+
+def parse(space: xp.XSpace, duration: float, **kwargs: object) -> SampleReading:
+    return parse_sample(space.SerializeToString(), 1000.0, duration, **kwargs)  # type: ignore[arg-type]
+
+
+def test_executions_are_counted_in_whole_periods_of_the_dominant_program() -> None:
+    # 10 steps of 20 ms starting 3 ms in: the core window runs from the first to the last
+    # start of program 7 (9 periods, 180 ms), so its rate is exactly 50/s.
+    reading = parse(periodic_space(20.0, 10), duration=0.2)
+    assert reading.core_seconds == pytest.approx(0.180)
+    assert reading.executions == {7: 9, 9: 5}
+    assert reading.steps_in_core == pytest.approx(9.0)  # no markers: program 7 is the step
+    assert reading.program_device_runs == {7: 20, 9: 5}
+    # union per device: 3 ms of the two overlapping ops, per device per step
+    assert reading.program_device_seconds[7] == pytest.approx(10 * 2 * 0.003)
+    assert reading.device_busy_seconds[0] == pytest.approx(10 * 0.003 + 5 * 0.001)
+    assert reading.device_busy_seconds[1] == pytest.approx(10 * 0.003)
+
+
+def test_marked_steps_give_the_steps_in_the_core_window() -> None:
+    # Step markers every 40 ms (the program runs twice a step: gradient accumulation).
+    begins = [0.001 + 0.040 * i for i in range(5)]
+    reading = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True)
+    assert reading.steps_in_core == pytest.approx(0.180 / 0.040)
+    rates_now = ledger_rates([reading])
+    assert rates_now.executions_per_step[7] == pytest.approx(2.0)
+    assert rates_now.steps_per_second == pytest.approx(25.0)
+
+
+def test_marked_job_with_no_step_in_the_sample_counts_no_steps() -> None:
+    reading = parse(periodic_space(20.0, 10), 0.2, step_begins=[], steps_marked=True)
+    assert reading.steps_in_core == 0.0
+    assert ledger_rates([reading]).executions_per_step == {}
+
+
+def test_few_executions_count_over_the_whole_sample() -> None:
+    reading = parse(periodic_space(150.0, 2), duration=0.3)
+    assert reading.core_seconds == 0.3
+    assert reading.executions == {7: 2, 9: 1}
+
+
+def gpu_space(device: int, starts_ms: list[float]) -> xp.XPlane:
+    plane = xp.XPlane(name=f"/device:GPU:{device}")
+    for key, name in ((PROGRAM, "program_id"), (RUN, "run_id")):
+        plane.stat_metadata[key].CopyFrom(xp.XStatMetadata(id=key, name=name))
+    plane.event_metadata[5].CopyFrom(xp.XEventMetadata(id=5, name="gemm", stats=[
+        xp.XStat(metadata_id=PROGRAM, int64_value=3)]))  # fmt: skip
+    modules = plane.lines.add(name="XLA Modules", timestamp_ns=1_000)
+    stream = plane.lines.add(name="Stream #14(Compute)", timestamp_ns=1_000)
+    for start in starts_ms:
+        modules.events.append(xp.XEvent(metadata_id=5, offset_ps=int(start * MS),
+                                        duration_ps=5 * MS))  # fmt: skip
+        stream.events.append(xp.XEvent(metadata_id=5, offset_ps=int(start * MS),
+                                       duration_ps=4 * MS))  # fmt: skip
+    return plane
+
+
+def test_device_planes_give_the_device_and_module_events_the_executions() -> None:
+    space = xp.XSpace(planes=[gpu_space(0, [0, 10, 20, 30]), gpu_space(1, [0, 10, 20, 30])])
+    reading = parse(space, duration=0.05)
+    assert reading.executions == {3: 3}
+    assert reading.core_seconds == pytest.approx(0.030)
+    assert reading.device_busy_seconds == {0: pytest.approx(0.016), 1: pytest.approx(0.016)}
+    assert ledger_rates([reading]).busy_ratio == {0: pytest.approx(0.32), 1: pytest.approx(0.32)}
+
+
+@pytest.mark.parametrize("data", [b"\x1f\x8b garbage", b"\xff" * 64])
+def test_bytes_that_are_not_a_sample_raise_one_error(data: bytes) -> None:
+    with pytest.raises(SampleUnreadable):
+        parse_sample(data, 1.0, 0.2)
+
+
+def test_rates_sum_counts_over_windows_and_bound_the_window() -> None:
+    ledger = JobLedger(window_samples=2)
+    for steps in (10, 10, 5):
+        ledger.add(parse(periodic_space(20.0, steps), duration=0.2))
+    now = ledger.rates()
+    assert now.samples == 2
+    assert now.executions_per_second[7] == pytest.approx(50.0)
+    assert now.executions_per_step[7] == pytest.approx(1.0)
+    assert now.executions_per_step[9] == pytest.approx((5 + 2) / (9 + 4))
+
+
+def program(fingerprint: str, ids: tuple[int, ...], flops: float | None, devices: int = 2,
+            lower_bound: bool = False) -> Program:  # fmt: skip
+    return Program(fingerprint=fingerprint, name=f"jit_{fingerprint}", flops=flops,
+                   bytes_accessed=1e6, num_devices=devices, program_ids=ids,
+                   flops_lower_bound=lower_bound)  # fmt: skip
+
+
+def test_work_per_step_counts_every_program_as_often_as_it_ran() -> None:
+    now = ledger_rates([parse(periodic_space(20.0, 10), duration=0.2)])
+    step = rates.with_ledger(program("step", (7,), 1e9), now, steps_per_second=40.0)
+    every_other = rates.with_ledger(program("eval", (9,), 1e8, 1), now, 40.0)
+    idle = rates.with_ledger(program("warmup", (11,), 5e9), now, 40.0)
+    assert step.executions_per_step == pytest.approx(1.0)
+    assert step.executions_per_second == pytest.approx(40.0)  # markers' rate, not the sample's
+    assert idle.executions_per_step == 0.0
+    work = rates.executed_work([step, every_other, idle])
+    assert work.flops_per_step == pytest.approx(2e9 + 1e8 * 5 / 9)
+    assert not work.lower_bound
+    assert rates.step_program([step, every_other, idle]) is step
+
+
+def test_unknown_or_lower_bound_flops_make_the_step_a_lower_bound() -> None:
+    now = ledger_rates([parse(periodic_space(20.0, 10), duration=0.2)])
+    for other in (program("eval", (9,), None), program("eval", (9,), 1e8, lower_bound=True)):
+        work = rates.executed_work([rates.with_ledger(p, now, None)
+                                    for p in (program("step", (7,), 1e9), other)])  # fmt: skip
+        assert work.lower_bound
+
+
+def test_before_any_sample_nothing_is_derived() -> None:
+    empty = JobLedger().rates()
+    p = program("step", (7,), 1e9)
+    assert rates.with_ledger(p, empty, 10.0) is p
+    assert rates.executed_work([p]).flops_per_step is None
+    assert rates.step_program([p]) is None
+
+
+def test_busy_ratio_maps_ordinals_to_device_ids() -> None:
+    busy = {0: 0.5, 1: 0.25}
+    assert rates.busy_by_device(busy, [8, 9, 10], {}) == {8: 0.5, 9: 0.25, 10: 0.0}
+    assert rates.busy_by_device(busy, [8, 9], {8: 1, 9: 0}) == {8: 0.25, 9: 0.5}
+
+
+def test_flops_per_token() -> None:
+    assert rates.flops_per_token(1e9) == 6e9
+    assert rates.flops_per_token(1e9, n_layers=2, context=8, d_model=4) == 6e9 + 12 * 2 * 8 * 4
+
+
+def sample(**fields: object) -> xmon_pb2.ExecutionSample:
+    base: dict[str, object] = {
+        "started_at": 1000.0,
+        "duration_seconds": 0.2,
+        "xspace": periodic_space(20.0, 10).SerializeToString(),
+    }
+    base.update(fields)
+    return xmon_pb2.ExecutionSample(**base)  # type: ignore[arg-type]
+
+
+def test_reader_parses_one_sample_at_a_time_and_refuses_implausible_ones() -> None:
+    async def run() -> JobLedger:
+        reader, ledger = LedgerReader(), JobLedger()
+        assert reader.submit(ledger, sample())
+        assert not reader.submit(ledger, sample())  # the first is still being read
+        await reader.drain()
+        for bad in (sample(duration_seconds=math.inf), sample(started_at=math.nan),
+                    sample(duration_seconds=-1.0), sample(duration_seconds=3600.0),
+                    sample(xspace=b"")):  # fmt: skip
+            assert not reader.submit(ledger, bad)
+        assert reader.submit(ledger, sample(xspace=b"\xff" * 10))
+        await reader.drain()
+        return ledger
+
+    ledger = asyncio.run(run())
+    assert ledger.rates().samples == 1
+    assert ledger.samples_dropped_total == 6
+    assert ledger.parse_errors_total == 1

@@ -1,0 +1,345 @@
+"""The execution ledger: what a job ran, how often and for how long, from profiler samples.
+
+JAX dispatches compiled programs from C++ with no Python hook, so nothing in the job counts
+executions. The agent instead records short profiler sessions in memory (xmon.agent.sampler)
+and sends each session's XSpace here; the daemon reads it off the job's threads.
+
+What one sample gives (XLA's profiler tags every op it records with ``program_id``, the HLO
+module id, and ``run_id``, one per launch shared by the launch's devices):
+
+* **executions** of each program: its distinct run ids, each placed at the start of its
+  first op. Counted only inside the sample's *core window*: from the first to the last start
+  of the program that used the most device time. In steady state that window holds a whole
+  number of that program's periods, so counts divided by its length are rates without the
+  ±1 execution a window cut at arbitrary times would add (a 0.2 s sample of 40 ms steps would
+  otherwise be off by up to 20 %).
+* **device busy time** per device: the union of the device's op intervals over the whole
+  sample, so overlapping ops (streams, threads) count once.
+* **device time per program**: the union of its op intervals per device, summed over devices.
+
+Where events live: GPU and TPU record ops on ``/device:GPU:N`` / ``/device:TPU:N`` planes (the
+device is N); the CPU backend records them on host threads, each op with a
+``device_ordinal`` stat.
+
+:class:`JobLedger` keeps a job's recent samples and turns them into rates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from xmon.execution.xplane import (
+    MODULES_LINE,
+    PROGRAM_ID,
+    RUN_ID,
+    StatValue,
+    stat_ids,
+    stat_value,
+)
+from xmon.proto import xplane_pb2
+
+DEVICE_ORDINAL = "device_ordinal"
+HLO_OP = "hlo_op"
+_DEVICE_PLANE = re.compile(r"^/device:(?:GPU|TPU|[A-Z_]+):(?P<index>\d+)$")
+# Lines of device planes that summarise other lines rather than record ops.
+_SUMMARY_LINES = frozenset({MODULES_LINE, "Steps", "XLA TraceMe", "Framework Ops", "Source code"})
+MIN_CORE_EXECUTIONS = 3  # fewer starts of the dominant program: count the whole sample
+DEFAULT_WINDOW_SAMPLES = 6
+MAX_SAMPLE_BYTES = 16 * 1024 * 1024
+
+
+class SampleUnreadable(Exception):
+    """Bytes that are not a profiler sample."""
+
+
+@dataclass(frozen=True)
+class SampleReading:
+    """What one profiler sample of one job shows."""
+
+    started_at: float  # wall clock
+    duration_seconds: float  # how long the profiler recorded
+    core_seconds: float  # the window executions were counted in
+    executions: Mapping[int, int]  # program id -> executions started in the core window
+    # Steps the core window holds: its length times the step rate measured in the same sample
+    # (from the job's step markers, else the dominant program's executions). The profiler slows
+    # a job a little while it records (2-5 % measured on CPU); a ratio of two rates taken in
+    # the same sample cancels that out. None when the sample shows no rate to take.
+    steps_in_core: float | None
+    device_busy_seconds: Mapping[int, float]  # device ordinal -> union of its op intervals
+    program_device_seconds: Mapping[int, float]  # program id -> device-seconds of its ops
+    program_device_runs: Mapping[int, int]  # program id -> (execution, device) pairs seen
+
+
+@dataclass(frozen=True)
+class LedgerRates:
+    """A job's rates over its recent samples; empty mappings before any sample."""
+
+    samples: int
+    sampled_seconds: float
+    window_seconds: float
+    last_sample_at: float | None
+    executions_per_second: Mapping[int, float]  # program id -> executions / core seconds
+    executions_per_step: Mapping[int, float]  # program id -> executions / steps in the cores
+    executions: Mapping[int, int]  # program id -> executions counted
+    steps_per_second: float | None  # as the samples saw it (the profiler slows a job a little)
+    device_seconds_per_execution: Mapping[int, float]  # program id -> mean on one device
+    busy_ratio: Mapping[int, float]  # device ordinal -> busy seconds / sampled seconds
+
+
+class _Intervals:
+    """Half-open [start, end) intervals in picoseconds, merged on demand."""
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[int, int]] = []
+
+    def add(self, start: int, end: int) -> None:
+        if end > start:
+            self._spans.append((start, end))
+
+    def union_length(self, low: int | None = None, high: int | None = None) -> int:
+        total, reach = 0, None
+        for start, end in sorted(self._spans):
+            if low is not None:
+                start = max(start, low)
+            if high is not None:
+                end = min(end, high)
+            if end <= start:
+                continue
+            if reach is None or start > reach:
+                total += end - start
+                reach = end
+            elif end > reach:
+                total += end - reach
+                reach = end
+        return total
+
+
+class _SampleParser:
+    def __init__(self) -> None:
+        self.run_starts: defaultdict[int, dict[int, int]] = defaultdict(dict)  # prog -> run -> ps
+        # Without run ids (GPU "XLA Modules" lines): program -> device plane -> starts. Every
+        # device runs each execution, so the plane with the most is the count.
+        self.module_starts: defaultdict[int, defaultdict[str, list[int]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        self.device_ops: defaultdict[int, _Intervals] = defaultdict(_Intervals)
+        self.program_ops: defaultdict[tuple[int, int], _Intervals] = defaultdict(_Intervals)
+        self.program_runs: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
+
+    def add_plane(self, plane: xplane_pb2.XPlane) -> None:
+        names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP))
+        if ids[PROGRAM_ID] is None:
+            return  # python, host threads without XLA ops
+        match = _DEVICE_PLANE.match(plane.name)
+        plane_device = int(match["index"]) if match else None
+        shared = {
+            key: stat_value(meta.stats, ids, names, {})
+            for key, meta in plane.event_metadata.items()
+            if meta.stats
+        }
+        for line in plane.lines:
+            on_modules = line.name == MODULES_LINE
+            if line.name in _SUMMARY_LINES and not on_modules:
+                continue
+            base_ps = line.timestamp_ns * 1000
+            for event in line.events:
+                values = shared.get(event.metadata_id, {})
+                if event.stats:
+                    values = stat_value(event.stats, ids, names, values)
+                self._add_event(event, values, base_ps, plane, plane_device, on_modules)
+
+    def _add_event(
+        self,
+        event: xplane_pb2.XEvent,
+        values: Mapping[str, StatValue],
+        base_ps: int,
+        plane: xplane_pb2.XPlane,
+        plane_device: int | None,
+        on_modules: bool,
+    ) -> None:
+        program, run = values.get(PROGRAM_ID), values.get(RUN_ID)
+        if not isinstance(program, int) or event.WhichOneof("data") == "num_occurrences":
+            return
+        if not isinstance(run, int):
+            run = None
+        start = base_ps + event.offset_ps
+        end = start + max(0, event.duration_ps)
+        if on_modules:  # one event per execution; its ops are on the other lines
+            if run is None:
+                self.module_starts[program][plane.name].append(start)
+            return
+        ordinal = values.get(DEVICE_ORDINAL)
+        device = plane_device if plane_device is not None else ordinal
+        if not isinstance(device, int) or (plane_device is None and values.get(HLO_OP) is None):
+            return  # a host event that is not a device op (waits, transfers)
+        if run is not None:
+            first = self.run_starts[program].get(run)
+            if first is None or start < first:
+                self.run_starts[program][run] = start
+            self.program_runs[program].add((run, device))
+        self.device_ops[device].add(start, end)
+        self.program_ops[(program, device)].add(start, end)
+
+    def starts(self) -> dict[int, list[int]]:
+        """Execution start times by program: run ids where present, else module events."""
+        result = {p: sorted(runs.values()) for p, runs in self.run_starts.items()}
+        for program, planes in self.module_starts.items():
+            if program not in result:
+                result[program] = sorted(max(planes.values(), key=len))
+        return result
+
+
+def parse_sample(
+    data: bytes,
+    started_at: float,
+    duration_seconds: float,
+    step_begins: Sequence[float] = (),
+    steps_marked: bool = False,
+) -> SampleReading:
+    """Read one sample's XSpace; ``step_begins`` are the marked steps' begins during it, in
+    seconds since it started. Raises SampleUnreadable for bytes that are not a sample."""
+    if len(data) > MAX_SAMPLE_BYTES:
+        raise SampleUnreadable(f"{len(data)} bytes, more than the {MAX_SAMPLE_BYTES} read")
+    try:
+        space = xplane_pb2.XSpace.FromString(data)
+    except DecodeError as exc:
+        raise SampleUnreadable(f"not a profiler sample: {exc}") from None
+    parser = _SampleParser()
+    for plane in space.planes:
+        parser.add_plane(plane)
+    return reading_from(parser, started_at, duration_seconds, step_begins, steps_marked)
+
+
+def reading_from(
+    parser: _SampleParser,
+    started_at: float,
+    duration: float,
+    step_begins: Sequence[float],
+    steps_marked: bool,
+) -> SampleReading:
+    program_seconds: defaultdict[int, float] = defaultdict(float)
+    for (program, _device), spans in parser.program_ops.items():
+        program_seconds[program] += spans.union_length() / 1e12
+    starts = parser.starts()
+    dominant = _dominant(starts, program_seconds)
+    core = _core_window(starts[dominant]) if dominant is not None else None
+    if core is None:
+        executions = {p: len(s) for p, s in starts.items() if s}
+        core_seconds = duration
+    else:
+        low, high = core
+        executions = {p: n for p, s in starts.items() if (n := _count_in(s, low, high))}
+        core_seconds = (high - low) / 1e12
+    if steps_marked:
+        step_rate = _rate(sorted(step_begins))
+        if step_rate is None:  # under two begins: the sample's whole length stands in
+            step_rate = len(step_begins) / duration if duration > 0 else None
+    else:
+        step_rate = _rate([t / 1e12 for t in starts[dominant]]) if dominant is not None else None
+    return SampleReading(
+        started_at=started_at,
+        duration_seconds=duration,
+        core_seconds=core_seconds,
+        executions=executions,
+        steps_in_core=step_rate * core_seconds if step_rate is not None else None,
+        device_busy_seconds={
+            d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
+        },
+        program_device_seconds=dict(program_seconds),
+        program_device_runs={p: len(runs) for p, runs in parser.program_runs.items()},
+    )
+
+
+def _dominant(starts: Mapping[int, list[int]], program_seconds: Mapping[int, float]) -> int | None:
+    """The program that used the most device time (most executions on a tie)."""
+    if not starts:
+        return None
+    return max(starts, key=lambda p: (program_seconds.get(p, 0.0), len(starts[p])))
+
+
+def _core_window(starts: list[int]) -> tuple[int, int] | None:
+    if len(starts) < MIN_CORE_EXECUTIONS or starts[-1] <= starts[0]:
+        return None
+    return starts[0], starts[-1]
+
+
+def _rate(times: Sequence[float]) -> float | None:
+    """Events per second from the first to the last of sorted times: whole periods only."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _count_in(starts: list[int], low: int, high: int) -> int:
+    return sum(1 for start in starts if low <= start < high)
+
+
+class JobLedger:
+    """A job's most recent samples (bounded), and the rates they give."""
+
+    def __init__(self, window_samples: int = DEFAULT_WINDOW_SAMPLES) -> None:
+        self._samples: deque[SampleReading] = deque(maxlen=max(1, window_samples))
+        self.parse_errors_total = 0
+        self.samples_dropped_total = 0
+        self.reading = False  # a sample of this job is being parsed
+        self._rates: LedgerRates | None = None
+
+    def add(self, reading: SampleReading) -> None:
+        self._samples.append(reading)
+        self._rates = None
+
+    def rates(self) -> LedgerRates:
+        if self._rates is None:
+            self._rates = ledger_rates(self._samples)
+        return self._rates
+
+
+def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
+    """Rates over samples: sums of counts over sums of the windows they were counted in."""
+    samples = list(samples)
+    executions: defaultdict[int, int] = defaultdict(int)
+    device_seconds: defaultdict[int, float] = defaultdict(float)
+    device_runs: defaultdict[int, int] = defaultdict(int)
+    busy: defaultdict[int, float] = defaultdict(float)
+    for sample in samples:
+        for program, n in sample.executions.items():
+            executions[program] += n
+        for program, seconds in sample.program_device_seconds.items():
+            device_seconds[program] += seconds
+        for program, runs in sample.program_device_runs.items():
+            device_runs[program] += runs
+        for device, seconds in sample.device_busy_seconds.items():
+            busy[device] += seconds
+    core = sum(s.core_seconds for s in samples)
+    sampled = sum(s.duration_seconds for s in samples)
+    stepped = [s for s in samples if s.steps_in_core]
+    steps = sum(s.steps_in_core or 0.0 for s in stepped)
+    step_executions: defaultdict[int, int] = defaultdict(int)
+    for sample in stepped:
+        for program, n in sample.executions.items():
+            step_executions[program] += n
+    stepped_core = sum(s.core_seconds for s in stepped)
+    return LedgerRates(
+        samples=len(samples),
+        sampled_seconds=sampled,
+        window_seconds=(
+            samples[-1].started_at + samples[-1].duration_seconds - samples[0].started_at
+            if samples
+            else 0.0
+        ),
+        last_sample_at=samples[-1].started_at + samples[-1].duration_seconds if samples else None,
+        executions_per_second={p: n / core for p, n in executions.items()} if core > 0 else {},
+        executions_per_step={p: n / steps for p, n in step_executions.items()} if steps else {},
+        executions=dict(executions),
+        steps_per_second=steps / stepped_core if steps and stepped_core > 0 else None,
+        device_seconds_per_execution={
+            p: device_seconds[p] / runs for p, runs in device_runs.items() if runs
+        },
+        busy_ratio={d: min(1.0, s / sampled) for d, s in busy.items()} if sampled > 0 else {},
+    )

@@ -1,0 +1,125 @@
+"""Work per second and per step from the execution ledger: pure functions, no I/O, no clocks.
+
+A job's hardware FLOP/s is the sum over its programs of executions per second × loop-aware
+FLOPs of one execution × devices it runs on. Per-step figures divide by steps per second, from
+the job's step markers, or, without markers, from the executions of the program that took the
+most device time (the step XProf infers without step annotations). So a train step compiled by
+a warm-up call or ahead of time, two programs sharing a name, a micro-step run k times per step
+and an eval program run every N steps all count as often as they run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from xmon.execution.ledger import LedgerRates
+from xmon.model import Program
+
+LEDGER = "ledger"
+
+
+def flops_per_token(
+    n_params: float, n_layers: int = 0, context: int = 0, d_model: int = 0
+) -> float:
+    """Model FLOPs per token of a dense decoder's training step: 6·N (forward 2·N, backward
+    4·N; Kaplan et al. 2020) plus 12·L·T·d for attention when layers, context length and width
+    are given (PaLM, appendix B). N counts the non-embedding parameters."""
+    return 6.0 * n_params + 12.0 * n_layers * context * d_model
+
+
+def with_ledger(program: Program, rates: LedgerRates, steps_per_second: float | None) -> Program:
+    """The program with its executions in the ledger: the sum over its module ids (a program
+    recompiled while sampled ran under both). Unchanged without ids or before any sample.
+
+    Executions per second are executions per step times the job's step rate where one is given
+    (step markers: measured outside the samples, so unslowed by the profiler), else the rate
+    the samples saw."""
+    if not program.program_ids or rates.samples == 0:
+        return program
+    ids = set(program.program_ids)
+    per_step_known = bool(rates.executions_per_step)  # then a program not in it ran 0 times
+    per_step_value = sum(rates.executions_per_step.get(i, 0.0) for i in ids)
+    if steps_per_second is not None and per_step_known:
+        per_second = per_step_value * steps_per_second
+    else:
+        per_second = sum(rates.executions_per_second.get(i, 0.0) for i in ids)
+    device_times = [
+        (rates.device_seconds_per_execution[i], rates.executions.get(i, 0))
+        for i in ids
+        if i in rates.device_seconds_per_execution
+    ]
+    return dataclasses.replace(
+        program,
+        executions=sum(rates.executions.get(i, 0) for i in ids),
+        executions_per_second=per_second,
+        executions_per_step=per_step_value if per_step_known else None,
+        executions_window_seconds=rates.sampled_seconds,
+        executions_counted_at=rates.last_sample_at,
+        executions_source=LEDGER,
+        device_seconds_per_execution=_weighted_mean(device_times),
+    )
+
+
+def _weighted_mean(pairs: Sequence[tuple[float, int]]) -> float | None:
+    if not pairs:
+        return None
+    weight = sum(max(1, n) for _, n in pairs)
+    return sum(value * max(1, n) for value, n in pairs) / weight
+
+
+@dataclass(frozen=True)
+class ExecutedWork:
+    """What a job's programs did per step over the ledger's window, all devices together."""
+
+    flops_per_step: float | None = None
+    bytes_per_step: float | None = None
+    lower_bound: bool = False  # a program that ran has FLOPs that are a lower bound, or none
+
+
+def executed_work(programs: Iterable[Program]) -> ExecutedWork:
+    """Sum of executions per step × per-device cost × devices over the programs that ran."""
+    ran = [p for p in programs if p.executions_source == LEDGER and p.executions_per_step]
+    if not ran:
+        return ExecutedWork()
+    flops = bytes_ = 0.0
+    lower_bound = False
+    for program in ran:
+        per_step = (program.executions_per_step or 0.0) * max(1, program.num_devices)
+        if program.flops is None:
+            lower_bound = True
+        else:
+            flops += per_step * program.flops
+            lower_bound = lower_bound or program.flops_lower_bound
+        if program.bytes_accessed is not None:
+            bytes_ += per_step * program.bytes_accessed
+    return ExecutedWork(flops, bytes_, lower_bound)
+
+
+def step_program(programs: Iterable[Program]) -> Program | None:
+    """The program that stands for a step when the job marks none: the one that used the most
+    device time in the ledger (executions/s × device time per execution × devices)."""
+    best, best_time = None, 0.0
+    for program in programs:
+        rate = program.executions_per_second
+        seconds = program.device_seconds_per_execution
+        if program.executions_source != LEDGER or not rate or seconds is None:
+            continue
+        device_time = rate * seconds * max(1, program.num_devices)
+        if device_time > best_time:
+            best, best_time = program, device_time
+    return best
+
+
+def busy_by_device(
+    busy_ratio: Mapping[int, float], device_ids: Sequence[int], ordinals: Mapping[int, int]
+) -> dict[int, float]:
+    """Busy ratio per job device id. The profiler names devices by their local ordinal:
+    ``ordinals`` maps device id to it where known (PJRT's local_hardware_id), else a device's
+    position among the job's devices stands in. Devices the samples saw idle get 0."""
+    result = {}
+    for position, device_id in enumerate(sorted(device_ids)):
+        ordinal = ordinals.get(device_id, position)
+        result[device_id] = busy_ratio.get(ordinal, 0.0)
+    return result
