@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from xmon.agent.programs import describe_executable
+from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.model import CompileEvent, CompileStats, Program
 
 log = logging.getLogger("xmon.agent")
@@ -40,6 +40,16 @@ CACHE_MISSES = "/jax/compilation_cache/cache_misses"
 MAX_PENDING_EVENTS = 1024
 MAX_PROGRAMS = 4096
 MAX_PROGRAM_IDS = 16  # module ids kept per program (the newest): recompiles add ids
+# Fields the loop analysis sets; a recompile of a known fingerprint (same HLO) keeps them.
+_LOOP_COST_FIELDS = (
+    "flops",
+    "custom_call_flops",
+    "transcendentals",
+    "bytes_accessed",
+    "flops_lower_bound",
+    "loops",
+    "loops_unknown_trip_count",
+)
 
 
 class CompileRecorder:
@@ -53,6 +63,7 @@ class CompileRecorder:
         self._pending_events: deque[CompileEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         self._programs: dict[str, Program] = {}
         self._unsent: list[str] = []
+        self._cost_pending: set[str] = set()  # records with XLA's figures, loops not counted yet
         self._local = threading.local()
         self.events_dropped = 0
         self.generation = 0  # bumps on every compile; lets the step API notice new programs
@@ -111,6 +122,7 @@ class CompileRecorder:
             log.debug("xmon: could not analyse a compiled program: %s", exc)
             return
         in_step = self._in_step()
+        listener = self.executable_listener
         with self._lock:
             self.generation += 1
             existing = self._programs.get(record.fingerprint)
@@ -118,15 +130,22 @@ class CompileRecorder:
             if existing is not None:
                 in_step = in_step or existing.in_step
                 ids = existing.program_ids  # this executable's ids follow from the agent thread
+                # same fingerprint, same HLO: the loop-aware cost (or its pending state) stands
+                record = dataclasses.replace(
+                    record, **{name: getattr(existing, name) for name in _LOOP_COST_FIELDS}
+                )
             elif len(self._programs) >= MAX_PROGRAMS:
                 self.events_dropped += 1
                 return
+            elif listener is not None:
+                self._cost_pending.add(record.fingerprint)
+            else:  # nobody will read the HLO: XLA's figures are all there will be
+                record = dataclasses.replace(record, flops_lower_bound=False)
             self._programs[record.fingerprint] = dataclasses.replace(
                 record, in_step=in_step, program_ids=ids
             )
             self._mark_unsent(record.fingerprint)
         self._local.last_program = record.fingerprint
-        listener = self.executable_listener
         if listener is not None:
             try:
                 listener(record.fingerprint, executable)
@@ -147,6 +166,28 @@ class CompileRecorder:
             self._programs[fingerprint] = dataclasses.replace(
                 program, program_ids=merged[-MAX_PROGRAM_IDS:]
             )
+            self._mark_unsent(fingerprint)
+
+    # -- loop-aware cost (agent thread, see HloStore) ----------------------------------------
+    def add_loop_cost(self, fingerprint: str, executable: Any, text: str | None) -> None:
+        """Replace XLA's body-once figures with loop-aware ones from the program's optimized
+        HLO ``text``; the change is sent. ``text`` None: the HLO could not be read (dropped
+        from the store's queue, or the backend has none), so XLA's figures are all there is."""
+        with self._lock:
+            if fingerprint not in self._cost_pending:
+                return  # costed already (a recompile), or never recorded
+        cost = analyse_loops(executable, text) if text is not None else None
+        with self._lock:
+            program = self._programs.get(fingerprint)
+            if program is None or fingerprint not in self._cost_pending:
+                return
+            self._cost_pending.discard(fingerprint)
+            if cost is not None:
+                program = with_loop_cost(program, cost)
+            else:  # loops unknown; GEMMs uncounted where the backend has them
+                unknown_gemms = program.custom_call_flops is None
+                program = dataclasses.replace(program, flops_lower_bound=unknown_gemms)
+            self._programs[fingerprint] = program
             self._mark_unsent(fingerprint)
 
     def _mark_unsent(self, fingerprint: str) -> None:

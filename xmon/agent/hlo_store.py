@@ -11,6 +11,10 @@ The same pass reads each executable's HLO module ids (``HloModuleProto.id``), wh
 records as ``program_id`` on every op it traces: the daemon matches them to count executions in
 captured traces. Every executable is read, also one whose fingerprint is already known, because a
 recompiled program gets new module ids.
+
+The text of each new fingerprint also goes to ``cost_listener`` (the compile recorder, which
+counts loop bodies once per trip from it), once, with the executable whose client can cost parts
+of it; an executable dropped unread goes there with no text, so its record stops waiting.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_PROGRAM_BYTES = 12 * 1024 * 1024  # under the 16 MiB gRPC message limit
 DEFAULT_MAX_PENDING = 64
+MAX_COSTED = 8192  # fingerprints remembered as costed; past it, a recompile is costed again
 _HLO_MODULE_ID_FIELD = 5  # HloModuleProto.id (xla/service/hlo.proto), an int64
 _VARINT = 0
 
@@ -78,13 +83,22 @@ class HloStore:
         self.dropped = 0  # executables that went past the pending queue unrendered
         # Receives (fingerprint, module ids) of every rendered executable, e.g. the recorder.
         self.ids_listener: Callable[[str, tuple[int, ...]], None] | None = None
+        # Receives (fingerprint, executable, HLO text or None) once per fingerprint.
+        self.cost_listener: Callable[[str, Any, str | None], None] | None = None
+        self._costed: OrderedDict[str, None] = OrderedDict()
 
     def offer(self, fingerprint: str, executable: Any) -> None:
         """Called on the compiling thread: remember the executable until the agent renders it."""
+        dropped = None
         with self._lock:
             if len(self._pending) == self._pending.maxlen:
                 self.dropped += 1
+                dropped = self._pending.popleft()
             self._pending.append((fingerprint, executable))
+            if dropped is not None and any(f == dropped[0] for f, _ in self._pending):
+                dropped = None  # a later executable of the same program is still to be read
+        if dropped is not None:
+            self._cost(dropped[0], None, None)  # O(1): the recorder only stops waiting
 
     def drain(self, limit: int = 16) -> int:
         """Render up to ``limit`` pending programs (agent thread); returns how many."""
@@ -102,13 +116,40 @@ class HloStore:
         try:
             modules = list(executable.hlo_modules())
         except Exception:  # noqa: BLE001 - a backend without HLO modules: nothing to keep
+            self._cost(fingerprint, None, None)
             return
         self._report_ids(fingerprint, modules)
         with self._lock:
-            if fingerprint in self._texts or fingerprint in self.too_large:
-                return  # recompiled: its text is known already
+            known = fingerprint in self._texts or fingerprint in self.too_large
+            wants_cost = self.cost_listener is not None and fingerprint not in self._costed
+        if known and not wants_cost:
+            return  # recompiled: its text and cost are known already
         try:
             text = "\n".join(module.to_string() for module in modules)
+        except Exception:  # noqa: BLE001
+            self._cost(fingerprint, None, None)
+            return
+        if not known:
+            self._keep(fingerprint, text)
+        if wants_cost:
+            self._cost(fingerprint, executable, text)
+
+    def _cost(self, fingerprint: str, executable: Any, text: str | None) -> None:
+        listener = self.cost_listener
+        if listener is None:
+            return
+        if text is not None:
+            with self._lock:
+                self._costed[fingerprint] = None
+                while len(self._costed) > MAX_COSTED:
+                    self._costed.popitem(last=False)
+        try:
+            listener(fingerprint, executable, text)
+        except Exception:  # noqa: BLE001 - never let the agent thread (or a compile) die
+            pass
+
+    def _keep(self, fingerprint: str, text: str) -> None:
+        try:
             data = gzip.compress(text.encode(), compresslevel=6)
         except Exception:  # noqa: BLE001
             return

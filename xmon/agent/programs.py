@@ -1,15 +1,29 @@
-"""Cost and memory analysis of one compiled executable (``jaxlib LoadedExecutable``)."""
+"""Cost and memory analysis of one compiled executable (``jaxlib LoadedExecutable``).
+
+Two passes. :func:`describe_executable` runs in the compile hook, on the user's compiling
+thread, and reads only what XLA has at hand (cost and memory analysis, fingerprint): its figures
+count every while-loop body once, so the record says ``flops_lower_bound=True`` until the second
+pass. :func:`analyse_loops` and :func:`with_loop_cost` run on the agent's thread with the
+optimized HLO text: every loop body counted once per trip (``xmon.execution.loop_cost``), and
+the GEMM custom-calls GPU XLA's cost analysis counts as 0 added.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import importlib
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from xmon.execution.loop_cost import LoopCost, XlaCost, loop_cost
 from xmon.model import Program
 
 # Backends whose XLA lowers dots to library custom-calls that cost analysis does not count.
 _CUSTOM_CALL_GEMM_PLATFORMS = frozenset({"gpu", "cuda", "rocm"})
+# Where jaxlib keeps its HLO text parser: jaxlib._hlo since 0.9, xla_client._xla before.
+_TEXT_PARSERS = (("jaxlib._hlo", "hlo_module_from_text"), ("jax._src.lib", "_xla"))
 
 
 def module_name(computation: Any) -> str:
@@ -79,21 +93,12 @@ def _num_devices(executable: Any) -> int:
         return 1
 
 
-def _custom_call_flops(executable: Any) -> float | None:
-    from xmon import hlo
-
-    try:
-        text = "\n".join(m.to_string() for m in executable.hlo_modules())
-    except Exception:  # noqa: BLE001
-        return None
-    return hlo.custom_call_gemm_flops(text)
-
-
 def describe_executable(computation: Any, executable: Any) -> Program:
     """Read cost analysis, memory analysis and identity of a freshly compiled executable.
 
-    Cost numbers are per device (XLA's convention for SPMD programs). ``flops`` adds GEMMs that
-    GPU XLA lowered to cuBLAS custom-calls, which its cost analysis reports as ~0 FLOPs.
+    Cost numbers are per device (XLA's convention for SPMD programs). Nothing here renders the
+    HLO text (that is O(module size), and this runs on the user's compiling thread): the figures
+    are XLA's, marked a lower bound until :func:`with_loop_cost` replaces them.
     """
     name = module_name(computation)
     costs = normalise_cost_analysis(executable.cost_analysis())
@@ -103,21 +108,82 @@ def describe_executable(computation: Any, executable: Any) -> Program:
     except Exception:  # noqa: BLE001 - backends without memory analysis
         memory = {}
     flops_xla = _optional_float(costs, "flops")
-    extra = (
-        _custom_call_flops(executable)
-        if _platform(executable) in _CUSTOM_CALL_GEMM_PLATFORMS
-        else 0.0
-    )
-    flops = None if flops_xla is None else flops_xla + (extra or 0.0)
+    bytes_xla = _optional_float(costs, "bytes accessed")
+    # GEMM custom-calls exist only where XLA lowers dots to cuBLAS: elsewhere there are none.
+    gemm = None if _platform(executable) in _CUSTOM_CALL_GEMM_PLATFORMS else 0.0
     return Program(
         fingerprint=_fingerprint(executable, name),
         name=name,
-        flops=flops,
+        flops=flops_xla,
         flops_xla=flops_xla,
-        custom_call_flops=extra,
+        custom_call_flops=gemm,
         transcendentals=_optional_float(costs, "transcendentals"),
-        bytes_accessed=_optional_float(costs, "bytes accessed"),
+        bytes_accessed=bytes_xla,
+        bytes_accessed_xla=bytes_xla,
+        flops_lower_bound=True,  # loops not counted yet: see with_loop_cost
         num_devices=_num_devices(executable),
         compiled_at=time.time(),
         **memory,
+    )
+
+
+def xla_cost_function(executable: Any) -> XlaCost | None:
+    """XLA's cost analysis of an HLO module text, on the executable's own client, or None
+    where this jaxlib lacks the private APIs (``hlo_module_from_text``,
+    ``_xla.hlo_module_cost_analysis``): then loop bodies cannot be costed alone."""
+    try:
+        from jax._src.lib import xla_client
+
+        analyse = xla_client._xla.hlo_module_cost_analysis
+        client = executable.client
+    except Exception:  # noqa: BLE001 - private API: absent means "cannot"
+        return None
+    parse = _text_parser()
+    if parse is None or not callable(analyse):
+        return None
+
+    def cost(text: str) -> Mapping[str, float] | None:
+        result = analyse(client, parse(text))
+        return result if isinstance(result, dict) else None
+
+    return cost
+
+
+def _text_parser() -> Callable[[str], Any] | None:
+    for module_name, attribute in _TEXT_PARSERS:
+        try:
+            found: Any = getattr(importlib.import_module(module_name), attribute)
+        except Exception:  # noqa: BLE001
+            continue
+        if attribute == "_xla":  # older jaxlib: xla_client._xla.hlo_module_from_text
+            found = getattr(found, "hlo_module_from_text", None)
+        if callable(found):
+            return found  # type: ignore[no-any-return]
+    return None
+
+
+def analyse_loops(executable: Any, text: str) -> LoopCost:
+    """Loop-aware cost of the executable whose optimized HLO is ``text`` (agent thread)."""
+    return loop_cost(text, xla_cost_function(executable))
+
+
+def with_loop_cost(program: Program, cost: LoopCost) -> Program:
+    """``program`` as :func:`describe_executable` made it, with loop-aware figures: XLA's own
+    stay in ``flops_xla`` and ``bytes_accessed_xla``. Apply once per record (transcendentals
+    have no field for XLA's figure)."""
+    extra = cost.extra
+    gemm = program.custom_call_flops if cost.custom_call_flops is None else cost.custom_call_flops
+
+    def plus(value: float | None, added: float | None) -> float | None:
+        return None if value is None else value + (added or 0.0)
+
+    return dataclasses.replace(
+        program,
+        flops=plus(plus(program.flops_xla, extra.flops if extra else 0.0), gemm),
+        custom_call_flops=gemm,
+        transcendentals=plus(program.transcendentals, extra.transcendentals if extra else None),
+        bytes_accessed=plus(program.bytes_accessed_xla, extra.bytes_accessed if extra else None),
+        flops_lower_bound=cost.lower_bound,
+        loops=len(cost.loops),
+        loops_unknown_trip_count=cost.unknown_trip_counts,
     )
