@@ -62,6 +62,7 @@ class Agent:
         self.hlo = HloStore()
         self.compiles.executable_listener = self.hlo.offer
         self.hlo.ids_listener = self.compiles.add_program_ids
+        self.hlo.cost_listener = self.compiles.add_loop_cost
         self._commands = CommandRunner(self._send_result, self.hlo)
         self.transport = Transport(
             paths.grpc_target(self.socket_path), self._hello, self._commands.submit
@@ -111,13 +112,15 @@ class Agent:
     def _report_once(self) -> None:
         started = time.perf_counter()
         try:
+            # Render new programs' HLO text (and count their loops) off the user's threads, and
+            # before the report, so a program is not first sent with XLA's body-once figures.
+            self.hlo.drain()
             self._refresh_devices()
             if self.transport.connected:
                 message, programs = self.build_report()
                 self.transport.offer(Outgoing(message, self._on_sent(message, programs)))
             else:  # nobody to send to: count the report without paying to build it
                 self.transport.counters.add("reports_dropped")
-            self.hlo.drain()  # render new programs' HLO text off the user's threads
         except Exception as exc:  # noqa: BLE001 - never let the agent thread die
             log.debug("xmon: report failed: %r", exc)
         self.overhead_seconds += time.perf_counter() - started
@@ -285,6 +288,9 @@ def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:
         cache_hit=record.cache_hit,
         in_step=record.in_step,
         program_ids=record.program_ids,
+        flops_lower_bound=record.flops_lower_bound,
+        loops=record.loops,
+        loops_unknown_trip_count=record.loops_unknown_trip_count,
     )
     _copy_known(record, proto, _PROGRAM_OPTIONAL)
     return proto
