@@ -31,6 +31,7 @@ for dtype in ("float32", "bfloat16"):
     n = 4096
     a = jnp.ones((n, n), dtype); b = jnp.ones((n, n), dtype)
     jax.jit(matmul)(a, b).block_until_ready()
+    agent.hlo.drain()  # GEMM custom-calls are counted on the agent's thread
     record = agent.compiles.program_by_name(f"jit_matmul_{dtype}")
     out[dtype] = {"flops": record.flops, "flops_xla": record.flops_xla,
                   "custom_call_flops": record.custom_call_flops}
