@@ -163,9 +163,9 @@ def test_step_timer_uses_start_to_start_intervals() -> None:
         timer.begin()
         now[0] = end
         timer.end()
-    assert timer.take_recent() == [0.5, 1.0, 2.0]  # first step: its own duration
+    assert timer.take_recent() == [1.0, 2.0]  # each step once its successor begins
     assert timer.steps_total == 3
-    assert timer.step_seconds_total == pytest.approx(3.5)
+    assert timer.step_seconds_total == pytest.approx(3.2)  # first start to last end
 
 
 def test_nested_steps_count_once() -> None:

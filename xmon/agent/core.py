@@ -17,6 +17,7 @@ from xmon.agent import memory
 from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
+from xmon.agent.live_memory import LiveMemory
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
@@ -55,6 +56,7 @@ class Agent:
         self.socket_path = socket_path or paths.default_socket_path(env)
         self.started_at = time.time()
         self.steps = StepTimer()
+        self.live_memory = LiveMemory(self.steps)  # the CPU fallback for bytes in use
         self.declared_tokens_per_step: float | None = None  # xmon.declare_model_flops
         self.compiles = CompileRecorder(in_step=self.steps.in_step)
         self._hooks = CompileHooks(self.compiles)
@@ -201,15 +203,25 @@ class Agent:
             sample = xmon_pb2.DeviceMemorySample(device_id=int(device.id), stats=stats or {})
             if stats is None:
                 if fallback is None:
-                    fallback = memory.live_array_bytes(self._devices)
-                sample.live_array_bytes = fallback.get(int(device.id), 0)
+                    fallback = self._live_bytes()
+                if int(device.id) in fallback:  # no reading at rest yet: unknown, not 0
+                    sample.live_array_bytes = fallback[int(device.id)]
             samples.append(sample)
         return samples
 
+    def _live_bytes(self) -> dict[int, int]:
+        """The CPU fallback, read at rest (waiting a little for a step to end)."""
+        started = time.perf_counter()
+        reading = self.live_memory.read([int(d.id) for d in self._devices], self.period / 4)
+        waited = time.perf_counter() - started - self.live_memory.last_cost
+        self.overhead_seconds -= max(0.0, waited)  # waiting for the job is not our time
+        return reading or {}
+
     def _step_counters(self) -> xmon_pb2.StepCounters:
+        steps_total, step_seconds_total = self.steps.totals()
         counters = xmon_pb2.StepCounters(
-            steps_total=self.steps.steps_total,
-            step_seconds_total=self.steps.step_seconds_total,
+            steps_total=steps_total,
+            step_seconds_total=step_seconds_total,
             recent_step_seconds=self.steps.take_recent(),
         )
         if self.steps.declared_flops_per_step is not None:

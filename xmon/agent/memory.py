@@ -2,12 +2,11 @@
 
 ``Device.memory_stats()`` is a cheap host-side call into the PJRT client: it reads allocator
 counters and never synchronises the device. Where it returns None (the CPU backend), the bytes
-of live ``jax.Array`` buffers per device stand in for "bytes in use".
+of live device buffers stand in for "bytes in use" (``xmon.agent.live_memory``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from xmon.model import DeviceInfo
@@ -68,29 +67,3 @@ def memory_stats(device: Any) -> dict[str, int] | None:
         return None
     # Some PJRT plugins report -1 for fields they do not fill: that is "unknown", not a value.
     return {str(k): int(v) for k, v in stats.items() if isinstance(v, int | float) and v >= 0}
-
-
-def live_array_bytes(devices: Sequence[Any]) -> dict[int, int]:
-    """Bytes of live jax.Arrays per device id (the CPU fallback for bytes_in_use)."""
-    import jax
-
-    totals = {int(d.id): 0 for d in devices}
-    for array in jax.live_arrays():
-        try:
-            on = array.devices()
-            if len(on) == 1:
-                device_id = int(next(iter(on)).id)
-                if device_id in totals:
-                    totals[device_id] += int(array.nbytes)
-                continue
-            shards = array.addressable_shards
-        except Exception:  # noqa: BLE001 - deleted concurrently
-            continue
-        for shard in shards:
-            try:
-                device_id = int(shard.device.id)
-                if device_id in totals:
-                    totals[device_id] += int(shard.data.nbytes)
-            except Exception:  # noqa: BLE001
-                continue
-    return totals

@@ -4,8 +4,16 @@ A step's time is the interval between the starts of consecutive steps. JAX dispa
 asynchronously, so the time spent inside one step's Python code is often just dispatch; but
 once the dispatch queue is full each step start waits for the device, and the start-to-start
 interval equals the real step time. This needs no ``block_until_ready`` (which would slow the
-job) and is exact on average. The first step has no predecessor and uses its own enter-to-exit
-time (it usually includes compilation).
+job) and is exact on average.
+
+Totals add up to the job's own clock: ``step_seconds_total`` runs from the first step's start
+to the last finished step's end (the start-to-start intervals of every step but the last, plus
+the last step's own start-to-end time), and ``steps_total`` counts finished steps. The recent
+window for percentiles holds start-to-start intervals, each recorded once its successor
+begins.
+
+The timer also knows whether a step is open on any thread, and calls a boundary listener when
+the last open step ends: memory readings are taken there, never mid-step.
 """
 
 from __future__ import annotations
@@ -26,14 +34,38 @@ class StepTimer:
         self._clock = clock
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._first_start: float | None = None
         self._last_start: float | None = None
+        self._last_end: float | None = None
         self._pending: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
         # Clock readings of recent step begins, for the execution sampler (xmon.agent.sampler)
         self.begin_times: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
+        self._open = 0  # steps open on all threads together
+        self.boundaries = 0  # bumped at every outermost begin and end: a reading spanning a
+        # change saw a step boundary pass
+        self.boundary_listener: Callable[[], None] | None = None
         self.steps_total = 0
-        self.step_seconds_total = 0.0
         self.declared_flops_per_step: float | None = None
         self.declared_bytes_per_step: float | None = None
+
+    @property
+    def step_seconds_total(self) -> float:
+        return self.totals()[1]
+
+    def totals(self) -> tuple[int, float]:
+        """Finished steps, and the first step's start to the last finished step's end."""
+        with self._lock:
+            if self._first_start is None or self._last_end is None:
+                return self.steps_total, 0.0
+            return self.steps_total, self._last_end - self._first_start
+
+    @property
+    def marked(self) -> bool:
+        """Whether the job has ever marked a step."""
+        return self._first_start is not None
+
+    def open_steps(self) -> int:
+        return self._open
 
     def in_step(self) -> bool:
         return getattr(self._local, "depth", 0) > 0
@@ -46,28 +78,32 @@ class StepTimer:
         if depth:
             return False
         now = self._clock()
-        self._local.started = now
-        self.begin_times.append(now)
         with self._lock:
             previous, self._last_start = self._last_start, now
-        if previous is not None:
-            self._record(now - previous)
-            self._local.recorded = True
-        else:
-            self._local.recorded = False
+            if previous is None:
+                self._first_start = now
+            else:
+                self._pending.append(now - previous)
+            self._open += 1
+            self.boundaries += 1
+            self.begin_times.append(now)
         return True
 
     def end(self) -> None:
         depth = getattr(self._local, "depth", 1) - 1
         self._local.depth = max(0, depth)
-        if depth == 0 and not self._local.recorded:
-            self._record(self._clock() - self._local.started)
-
-    def _record(self, seconds: float) -> None:
+        if depth != 0:
+            return
+        now = self._clock()
         with self._lock:
+            self._last_end = now if self._last_end is None else max(self._last_end, now)
             self.steps_total += 1
-            self.step_seconds_total += seconds
-            self._pending.append(seconds)
+            self._open = max(0, self._open - 1)
+            self.boundaries += 1
+            at_rest = self._open == 0
+        listener = self.boundary_listener
+        if at_rest and listener is not None:
+            listener()
 
     def take_recent(self) -> list[float]:
         with self._lock:

@@ -1,0 +1,111 @@
+"""Is another thread inside a call to a jitted function right now?
+
+While a jitted call runs, the buffers it donated are already deleted and its outputs are not
+yet ``jax.Array`` objects, so a walk of live arrays taken then misses the step's state. The
+calling thread sits in that one C call with the GIL released, its top Python frame stopped on
+the call instruction. Reading the loads of that call site in the frame's bytecode names the
+callable; a jitted callable, or one that cannot be told, marks the moment as mid-dispatch.
+Deciding wrongly "in flight" only costs a reading (the last one stands); the check never
+calls user code (attributes are read with ``inspect.getattr_static``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import functools
+import inspect
+import sys
+import threading
+from collections.abc import Iterable
+from types import CodeType, FrameType
+from typing import Any
+
+_CALLS = frozenset(
+    {"CALL", "PRECALL", "CALL_KW", "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_FUNCTION_EX",
+     "CALL_METHOD"}
+)  # fmt: skip
+_NAMES = frozenset({"LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF",
+                    "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_BORROW"})  # fmt: skip
+_ATTRS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_UNKNOWN = object()
+_JITTED_TYPES = frozenset({"PjitFunction", "PmapFunction"})
+
+Load = tuple[str, str]  # ("name" | "attr", identifier)
+
+
+def is_jitted(obj: Any) -> bool:
+    """A jax.jit / pmap callable (a C++ function object from jaxlib)."""
+    kind = type(obj)
+    return kind.__name__ in _JITTED_TYPES and kind.__module__.startswith("jax")
+
+
+@functools.lru_cache(maxsize=2048)
+def call_site(code: CodeType, lasti: int) -> tuple[Load, ...] | None:
+    """The name and attribute loads on the source line of the call at ``lasti``, in order;
+    None where the instruction at ``lasti`` is not a call (the thread is not inside one)."""
+    instructions = list(dis.get_instructions(code))
+    here = next((i for i, ins in enumerate(instructions) if ins.offset == lasti), None)
+    if here is None or instructions[here].opname not in _CALLS:
+        return None
+    positions = instructions[here].positions
+    line = positions.lineno if positions is not None else None
+    loads: list[Load] = []
+    for ins in instructions[: here + 1]:
+        if ins.positions is None or ins.positions.lineno != line:
+            continue
+        if ins.opname in _NAMES:
+            loads.append(("name", str(ins.argval)))
+        elif ins.opname in _ATTRS:
+            loads.append(("attr", str(ins.argval)))
+    return tuple(loads)
+
+
+def _lookup(frame: FrameType, name: str) -> Any:
+    for scope in (frame.f_locals, frame.f_globals, vars(builtins)):
+        if name in scope:
+            return scope[name]
+    return _UNKNOWN
+
+
+def calls_jax(frame: FrameType) -> bool:
+    """Whether the frame is stopped in a call that may be a jitted function."""
+    loads = call_site(frame.f_code, frame.f_lasti)
+    if loads is None:
+        return False
+    if not loads:
+        return True  # the callable came from an expression we cannot name
+    current: Any = _UNKNOWN
+    for kind, name in loads:
+        if kind == "name":
+            current = _lookup(frame, name)
+        elif current is not _UNKNOWN:
+            try:
+                current = inspect.getattr_static(current, name)
+            except AttributeError:
+                current = _UNKNOWN
+        if current is _UNKNOWN or is_jitted(current):
+            return True
+    return False
+
+
+def _frames(skip: Iterable[int]) -> dict[int, FrameType]:
+    own = set(skip)
+    return {i: f for i, f in sys._current_frames().items() if i not in own}
+
+
+def dispatch_marks(skip: Iterable[int] = ()) -> tuple[tuple[int, int, int], ...] | None:
+    """Where every other thread stands, (thread, frame id, instruction), or None while one of
+    them may be inside a jitted call. Two equal marks around a reading mean no thread ran
+    Python in between, so none started a dispatch either."""
+    marks = []
+    for ident, frame in _frames(skip).items():
+        if calls_jax(frame):
+            return None
+        marks.append((ident, id(frame), frame.f_lasti))
+    return tuple(sorted(marks))
+
+
+def xmon_threads() -> list[int]:
+    """The agent's own threads: never the job's dispatchers."""
+    return [t.ident for t in threading.enumerate() if t.name.startswith("xmon") and t.ident]
