@@ -16,6 +16,7 @@ from xmon.execution.ledger import (
     SampleUnreadable,
     ledger_rates,
     parse_sample,
+    snap,
 )
 from xmon.model import Program
 from xmon.proto import xmon_pb2
@@ -225,3 +226,18 @@ def test_reader_parses_one_sample_at_a_time_and_refuses_implausible_ones() -> No
     assert ledger.rates().samples == 1
     assert ledger.samples_dropped_total == 6
     assert ledger.parse_errors_total == 1
+
+
+@pytest.mark.parametrize(("ratio", "snapped"), [
+    (0.9, 1.0), (1.12, 1.0), (4.4, 4.0), (0.27, 0.25), (1.5, 1.5), (0.4, 0.4), (2.5, 2.5),
+])  # fmt: skip
+def test_dominant_executions_per_step_snap_to_whole_numbers(ratio: float, snapped: float) -> None:
+    assert snap(ratio) == pytest.approx(snapped)
+
+
+def test_jittery_step_markers_still_give_one_execution_a_step() -> None:
+    # Markers bunched by asynchronous dispatch: 11 begins in 0.19 s while the program ran 10
+    # times in 0.18 s; the ratio 0.96 is one execution a step.
+    begins = [0.0, 0.001, 0.002, 0.05, 0.051, 0.09, 0.11, 0.13, 0.15, 0.17, 0.19]
+    reading = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True)
+    assert ledger_rates([reading]).executions_per_step[7] == pytest.approx(1.0)

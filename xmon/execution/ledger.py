@@ -65,6 +65,7 @@ class SampleReading:
     duration_seconds: float  # how long the profiler recorded
     core_seconds: float  # the window executions were counted in
     executions: Mapping[int, int]  # program id -> executions started in the core window
+    dominant: int | None  # the program that used the most device time
     # Steps the core window holds: its length times the step rate measured in the same sample
     # (from the job's step markers, else the dominant program's executions). The profiler slows
     # a job a little while it records (2-5 % measured on CPU); a ratio of two rates taken in
@@ -191,7 +192,8 @@ class _SampleParser:
         result = {p: sorted(runs.values()) for p, runs in self.run_starts.items()}
         for program, planes in self.module_starts.items():
             if program not in result:
-                result[program] = sorted(max(planes.values(), key=len))
+                most = max((starts for starts in planes.values()), key=len)
+                result[program] = sorted(most)
         return result
 
 
@@ -247,6 +249,7 @@ def reading_from(
         duration_seconds=duration,
         core_seconds=core_seconds,
         executions=executions,
+        dominant=dominant,
         steps_in_core=step_rate * core_seconds if step_rate is not None else None,
         device_busy_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
@@ -318,13 +321,7 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             busy[device] += seconds
     core = sum(s.core_seconds for s in samples)
     sampled = sum(s.duration_seconds for s in samples)
-    stepped = [s for s in samples if s.steps_in_core]
-    steps = sum(s.steps_in_core or 0.0 for s in stepped)
-    step_executions: defaultdict[int, int] = defaultdict(int)
-    for sample in stepped:
-        for program, n in sample.executions.items():
-            step_executions[program] += n
-    stepped_core = sum(s.core_seconds for s in stepped)
+    per_step, steps, stepped_core = _per_step(samples)
     return LedgerRates(
         samples=len(samples),
         sampled_seconds=sampled,
@@ -335,7 +332,7 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
         ),
         last_sample_at=samples[-1].started_at + samples[-1].duration_seconds if samples else None,
         executions_per_second={p: n / core for p, n in executions.items()} if core > 0 else {},
-        executions_per_step={p: n / steps for p, n in step_executions.items()} if steps else {},
+        executions_per_step=per_step,
         executions=dict(executions),
         steps_per_second=steps / stepped_core if steps and stepped_core > 0 else None,
         device_seconds_per_execution={
@@ -343,3 +340,43 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
         },
         busy_ratio={d: min(1.0, s / sampled) for d, s in busy.items()} if sampled > 0 else {},
     )
+
+
+def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float, float]:
+    """Executions per step of every program, the steps they came from, and the core seconds
+    those steps took.
+
+    Each sample measures two rates over whole periods: the dominant program's and the steps'.
+    Their ratio, the dominant program's executions per step, is a whole number in a training
+    loop (1, or k micro-steps) but carries the jitter of asynchronous dispatch (step markers
+    run ahead of the device in bursts), so it is taken to the nearest whole number (or whole
+    fraction) when within ``SNAP_TOLERANCE`` of one. Other programs count relative to the
+    dominant one over the same core windows, which is exact for programs in lockstep with it.
+    """
+    stepped = [s for s in samples if s.steps_in_core and s.dominant is not None]
+    if not stepped:
+        return {}, 0.0, 0.0
+    dominant_runs = sum(s.executions.get(s.dominant, 0) for s in stepped if s.dominant is not None)
+    measured_steps = sum(s.steps_in_core or 0.0 for s in stepped)
+    if not dominant_runs or not measured_steps:
+        return {}, 0.0, 0.0
+    steps = dominant_runs / snap(dominant_runs / measured_steps)
+    counts: defaultdict[int, int] = defaultdict(int)
+    for sample in stepped:
+        for program, n in sample.executions.items():
+            counts[program] += n
+    stepped_core = sum(s.core_seconds for s in stepped)
+    return {p: n / steps for p, n in counts.items()}, steps, stepped_core
+
+
+SNAP_TOLERANCE = 0.15  # per-sample ratios scatter by 5-10 % on a loaded 2-core host
+
+
+def snap(ratio: float) -> float:
+    """``ratio`` as the nearest whole number or whole fraction (1/n) when within
+    SNAP_TOLERANCE of it, else unchanged."""
+    if ratio >= 1:
+        whole = round(ratio)
+        return float(whole) if abs(ratio - whole) <= SNAP_TOLERANCE * ratio else ratio
+    whole = round(1 / ratio)
+    return 1.0 / whole if whole and abs(1 / ratio - whole) <= SNAP_TOLERANCE / ratio else ratio

@@ -1,0 +1,283 @@
+"""Real JAX jobs that know what they execute, for the execution ledger's fidelity.
+
+Run as a script under ``xmon run`` (4 CPU devices), one job per process:
+
+    python tests/fidelity/execution_jobs.py CASE OUT_JSON
+
+Each job computes its truth without xmon and writes it to OUT_JSON once its loop runs, then
+keeps stepping until the file OUT_JSON.stop exists, and writes the truth again with its own
+clock's step begins (wall time) so a test can compare rates over the same steps xmon saw:
+
+* ``flops_per_step``: all-device FLOPs of every program the step runs, times how often it runs
+  them, each from the program's own ``cost_analysis()`` (loop-free programs, where XLA's count
+  is exact) and from an analytic matmul count;
+* ``begins``: wall clock of every step begin; ``device_seconds`` / ``wall_seconds``: for the
+  host-bound case, the time the job waited for its device and the loop's time.
+
+Cases (the patterns the execution ledger must get right):
+
+* ``aot``: the train step compiled ahead of time (``.lower().compile()``) and warmed up before
+  the loop, so nothing compiles inside a step;
+* ``same_name``: two different programs both named ``jit_step`` run every step;
+* ``accumulate``: gradient accumulation, a micro-step program run 4 times a step plus an update;
+* ``eval``: a train step every step and an eval program every 4th step;
+* ``unmarked``: like ``aot`` with no step markers (``xmon run`` with no code change);
+* ``host_bound``: one device computes ~20 ms, then the host sleeps 40 ms.
+* ``transformer``: a small decoder-only transformer with declared model FLOPs (6·N·tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import xmon
+
+DEVICES = 4
+BATCH, WIDTH = 1024, 512
+ACCUMULATE = 4
+EVAL_EVERY = 4
+HOST_SECONDS = 0.005  # host work per step (data loading): keeps the step rate steady
+
+
+def matmul_flops(m: int, k: int, n: int) -> float:
+    return 2.0 * m * k * n
+
+
+def all_device_flops(compiled: Any) -> float:
+    """The job's own count: XLA's per-device cost analysis times the devices it runs on."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return float(cost["flops"]) * len(compiled.runtime_executable().local_devices())
+
+
+class Job:
+    """A job's loop: ``step()`` runs one training step, ``flops`` is its truth per step."""
+
+    def __init__(self, step: Callable[[int], None], flops: float, analytic: float) -> None:
+        self.step = step
+        self.flops = flops
+        self.analytic = analytic
+
+
+def _data() -> tuple[Any, Any]:
+    mesh = jax.make_mesh((DEVICES,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    x = jax.device_put(jnp.ones((BATCH, WIDTH)), NamedSharding(mesh, P("data")))
+    w = jax.device_put(jnp.full((WIDTH, WIDTH), 0.01), NamedSharding(mesh, P()))
+    return x, w
+
+
+def _layer(w: Any, x: Any) -> Any:
+    return jnp.tanh(x @ w) @ w.T  # two matmuls: no reduction across the batch shards
+
+
+def aot() -> Job:
+    x, w = _data()
+    compiled = jax.jit(_layer).lower(w, x).compile()
+    compiled(w, x).block_until_ready()  # warm-up before the loop
+    state = {"x": x}
+
+    def step(_: int) -> None:
+        state["x"] = compiled(w, state["x"])
+
+    analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH)
+    return Job(step, all_device_flops(compiled), analytic)
+
+
+def same_name() -> Job:
+    x, w = _data()
+
+    def make_first() -> Callable[..., Any]:
+        def step(w: Any, x: Any) -> Any:
+            return jnp.tanh(x @ w)
+
+        return jax.jit(step)
+
+    def make_second() -> Callable[..., Any]:
+        def step(w: Any, x: Any) -> Any:
+            return _layer(w, _layer(w, x))
+
+        return jax.jit(step)
+
+    first, second = make_first(), make_second()
+    flops = all_device_flops(first.lower(w, x).compile())
+    flops += all_device_flops(second.lower(w, x).compile())
+    state = {"x": x}
+
+    def step(_: int) -> None:
+        state["x"] = second(w, first(w, state["x"]))
+
+    analytic = matmul_flops(BATCH, WIDTH, WIDTH) * (1 + 4)
+    return Job(step, flops, analytic)
+
+
+def accumulate() -> Job:
+    # One device: a gradient over batch shards would all-reduce, and XLA's CPU collectives
+    # can stall when a host has fewer cores than virtual devices.
+    x, w = jnp.ones((BATCH, WIDTH)), jnp.full((WIDTH, WIDTH), 0.01)
+
+    def loss(w: Any, x: Any) -> Any:
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    micro = jax.jit(lambda w, x, g: g + jax.grad(loss)(w, x))
+    update = jax.jit(lambda w, g: w - 1e-6 * g)
+    zeros = jnp.zeros_like(w)
+    flops = ACCUMULATE * all_device_flops(micro.lower(w, x, zeros).compile())
+    flops += all_device_flops(update.lower(w, zeros).compile())
+    state = {"w": w}
+
+    def step(_: int) -> None:
+        grads = zeros
+        for _micro in range(ACCUMULATE):
+            grads = micro(state["w"], x, grads)
+        state["w"] = update(state["w"], grads)
+
+    # forward x@w, backward d/dw (x^T @ dh): 2 matmuls per micro-step
+    analytic = ACCUMULATE * 2 * matmul_flops(BATCH, WIDTH, WIDTH)
+    return Job(step, flops, analytic)
+
+
+def evaluate() -> Job:
+    x, w = _data()
+    train = jax.jit(_layer)
+    check = jax.jit(lambda w, x: _layer(w, _layer(w, x)).sum())
+    flops = all_device_flops(train.lower(w, x).compile())
+    flops += all_device_flops(check.lower(w, x).compile()) / EVAL_EVERY
+    state = {"x": x}
+
+    def step(i: int) -> None:
+        state["x"] = train(w, state["x"])
+        if i % EVAL_EVERY == 0:
+            check(w, state["x"])
+
+    analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH) * (1 + 2 / EVAL_EVERY)
+    return Job(step, flops, analytic)
+
+
+def host_bound() -> tuple[Job, dict[str, float]]:
+    """One device computes, then the host sleeps; the job times its own waits."""
+    a = jnp.ones((768, 768))
+    f = jax.jit(lambda a: jnp.tanh(a @ a) @ a)
+    f(a).block_until_ready()
+    waits = {"device_seconds": 0.0}
+
+    def step(_: int) -> None:
+        started = time.perf_counter()
+        f(a).block_until_ready()
+        waits["device_seconds"] += time.perf_counter() - started
+        time.sleep(0.04 - HOST_SECONDS)
+
+    flops = all_device_flops(f.lower(a).compile())
+    return Job(step, flops, 2 * matmul_flops(768, 768, 768)), waits
+
+
+def transformer() -> tuple[Job, float]:
+    """A 2-layer decoder (attention + MLP) trained with SGD; returns the job and its model
+    FLOPs per step by the 6·N·tokens rule (N: non-embedding parameters)."""
+    layers, d, heads, seq, batch, vocab = 2, 128, 4, 64, 8, 256
+    keys = iter(jax.random.split(jax.random.key(0), 32))
+
+    def dense(shape: tuple[int, ...]) -> Any:
+        return jax.random.normal(next(keys), shape) / shape[0] ** 0.5
+
+    params = {
+        "embed": dense((vocab, d)),
+        "layers": [
+            {
+                "qkv": dense((d, 3 * d)),
+                "out": dense((d, d)),
+                "up": dense((d, 4 * d)),
+                "down": dense((4 * d, d)),
+            }  # fmt: skip
+            for _ in range(layers)
+        ],
+    }
+    n_params = sum(x.size for layer in params["layers"] for x in layer.values())
+
+    def forward(p: Any, tokens: Any) -> Any:
+        h = p["embed"][tokens]
+        mask = jnp.tril(jnp.ones((seq, seq), bool))
+        for layer in p["layers"]:
+            q, k, v = jnp.split(h @ layer["qkv"], 3, axis=-1)
+            q, k, v = (t.reshape(batch, seq, heads, d // heads) for t in (q, k, v))
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / (d // heads) ** 0.5
+            attn = jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1)
+            h = h + jnp.einsum("bhqk,bkhd->bqhd", attn, v).reshape(batch, seq, d) @ layer["out"]
+            h = h + jax.nn.gelu(h @ layer["up"]) @ layer["down"]
+        return h @ p["embed"].T
+
+    def loss(p: Any, tokens: Any) -> Any:
+        logits = forward(p, tokens[:, :-1])
+        targets = jax.nn.one_hot(tokens[:, 1:], vocab)
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * targets, axis=-1))
+
+    seq += 1  # one more token than the model sees, for the targets
+    tokens = jax.random.randint(next(keys), (batch, seq), 0, vocab)
+    seq -= 1
+    train = jax.jit(
+        lambda p, t: jax.tree.map(lambda w, g: w - 1e-3 * g, p, jax.grad(loss)(p, t)),
+        donate_argnums=0,
+    )
+    compiled = train.lower(params, tokens).compile()
+    state = {"p": params}
+
+    def step(_: int) -> None:
+        state["p"] = compiled(state["p"], tokens)
+
+    model_flops = xmon.flops_per_token(n_params) * batch * seq
+    return Job(step, all_device_flops(compiled), model_flops), model_flops
+
+
+def main(case: str, out: Path) -> None:
+    extra: dict[str, float] = {}
+    waits: dict[str, float] = {}
+    marked = case != "unmarked"
+    if case in ("aot", "unmarked"):
+        job = aot()
+    elif case == "same_name":
+        job = same_name()
+    elif case == "accumulate":
+        job = accumulate()
+    elif case == "eval":
+        job = evaluate()
+    elif case == "host_bound":
+        job, waits = host_bound()
+    elif case == "transformer":
+        job, model_flops = transformer()
+        xmon.declare_model_flops(per_step=model_flops)
+        extra["model_flops_per_step"] = model_flops
+    else:
+        raise SystemExit(f"unknown case {case!r}")
+    truth = {"case": case, "flops_per_step": job.flops, "analytic_flops_per_step": job.analytic,
+             **extra}  # fmt: skip
+    out.write_text(json.dumps(truth))
+    stop = Path(f"{out}.stop")
+    begins: list[float] = []
+    started = time.perf_counter()
+    i = 0
+    while not stop.exists():
+        begins.append(time.time())
+        if marked:
+            with xmon.step():
+                job.step(i)
+                time.sleep(HOST_SECONDS)
+        else:
+            job.step(i)
+            time.sleep(HOST_SECONDS)
+        i += 1
+    jax.effects_barrier()
+    truth.update(begins=begins, wall_seconds=time.perf_counter() - started, **waits)
+    out.write_text(json.dumps(truth))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))

@@ -1,0 +1,138 @@
+"""What ran, how often, and the work it did, against the truth real JAX jobs compute themselves:
+FLOPs per step, FLOP/s, HFU, MFU, steps inferred without markers, device busy ratio.
+
+Each job (tests/fidelity/execution_jobs.py) runs under ``xmon run`` on 4 CPU devices, attached
+to a real daemon; the execution ledger samples it every 1.5 s for 0.5 s. The test reads the
+daemon's snapshot once several samples are in, then compares with the job's own numbers over
+the same steps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
+from xmon.client import DaemonClient
+from xmon.model import Job
+
+pytestmark = pytest.mark.e2e
+
+JOBS = Path(__file__).with_name("execution_jobs.py")
+LEDGER_ENV = {"XMON_LEDGER_INTERVAL": "1.5", "XMON_LEDGER_DURATION": "0.5"}
+SAMPLES = 5
+PEAK = CPU_PEAKS["cpu"]["flops_per_second"] * 4  # the job's 4 devices together
+
+
+def run_case(tmp_path: Path, daemon: Daemon, case: str) -> tuple[Job, dict[str, Any]]:
+    """Run the case until the ledger has SAMPLES samples; its snapshot and the job's truth."""
+    out = tmp_path / f"{case}.json"
+    script = f"import runpy, sys\nsys.argv = {[str(JOBS), case, str(out)]!r}\n"
+    script += f"runpy.run_path({str(JOBS)!r}, run_name='__main__')\n"
+    job = start_job(tmp_path, daemon.socket_path, script, case, period=0.5, **LEDGER_ENV)
+    try:
+        with DaemonClient(daemon.socket_path) as client:
+
+            def sampled() -> Job | None:
+                assert job.alive(), job.log()
+                jobs = [j for j in client.get_snapshot().jobs if j.job_name == case]
+                return jobs[0] if jobs and jobs[0].ledger.samples >= SAMPLES else None
+
+            seen = wait_for(sampled, 90, f"{SAMPLES} execution samples of {case}")
+        Path(f"{out}.stop").touch()
+        assert job.popen.wait(60) == 0, job.log()
+    finally:
+        _stop(job)
+    truth = json.loads(out.read_text())
+    return seen, truth
+
+
+def _stop(job: Proc) -> None:
+    if job.alive():
+        job.stop()
+
+
+def own_rate(truth: dict[str, Any], job: Job) -> float:
+    """The job's steps/s over the very steps whose durations the daemon's window holds: the
+    job's own step begins are matched to that window by their intervals."""
+    begins = truth["begins"]
+    own = [b - a for a, b in zip(begins, begins[1:], strict=False)]
+    window = list(job.steps.window)
+    assert len(window) >= 16 and len(own) >= len(window)
+    offsets = range(len(own) - len(window) + 1)
+    best = min(offsets, key=lambda k: sum(abs(own[k + i] - w) for i, w in enumerate(window)))
+    matched = own[best : best + len(window)]
+    # The job reads its clock just before xmon's step begins: the two differ by the time the
+    # GIL takes to come back, usually microseconds.
+    mismatch = sum(abs(a - b) for a, b in zip(matched, window, strict=True)) / len(window)
+    assert mismatch < 0.001, f"the job's steps do not match the daemon's window ({mismatch} s)"
+    return len(matched) / sum(matched)
+
+
+def close(value: float | None, truth: float, tolerance: float) -> bool:
+    return value is not None and abs(value - truth) <= tolerance * abs(truth)
+
+
+@pytest.mark.parametrize("case", ["aot", "same_name", "accumulate", "eval"])
+def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str) -> None:
+    job, truth = run_case(tmp_path, daemon, case)
+    steps, util = job.steps, job.utilization
+    assert not steps.inferred and steps.steps_per_second
+    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02), (steps, truth["case"])
+    # the job's own analytic matmul count agrees with XLA's (these programs have no loops)
+    assert close(truth["flops_per_step"], truth["analytic_flops_per_step"], 0.02)
+    rate = own_rate(truth, job)
+    assert close(steps.steps_per_second, rate, 0.02)
+    assert close(util.achieved_flops_per_second, truth["flops_per_step"] * rate, 0.03)
+    assert close(util.hardware_flops_utilization_ratio, truth["flops_per_step"] * rate / PEAK,
+                 0.03)  # fmt: skip
+    assert util.model_flops_utilization_ratio is None  # nothing declared: no MFU
+    assert not util.flops_lower_bound
+
+    ran = sorted(round(p.executions_per_step, 2) for p in job.programs if p.executions_per_step)
+    expected = {"aot": [1.0], "same_name": [1.0, 1.0], "accumulate": [1.0, 4.0],
+                "eval": [0.25, 1.0]}[case]  # fmt: skip
+    assert ran == pytest.approx(expected, abs=0.05), [
+        (p.name, p.executions_per_step) for p in job.programs
+    ]
+    if case == "same_name":
+        assert {p.name for p in job.programs if p.executions_per_step} == {"jit_step"}
+
+
+def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon) -> None:
+    job, truth = run_case(tmp_path, daemon, "unmarked")
+    steps = job.steps
+    assert steps.inferred and steps.inferred_from == "jit__layer"
+    assert steps.steps_total == 0
+    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02)
+    overall = (len(truth["begins"]) - 1) / (truth["begins"][-1] - truth["begins"][0])
+    # Sampled rates run while the profiler records, which slows a CPU job by a few percent.
+    assert close(steps.steps_per_second, overall, 0.10), (steps.steps_per_second, overall)
+    assert steps.p50_step_seconds == pytest.approx(1 / steps.steps_per_second)
+    assert close(job.utilization.achieved_flops_per_second,
+                 truth["flops_per_step"] * overall, 0.10)  # fmt: skip
+
+
+def test_device_busy_ratio_shows_a_host_bound_job(tmp_path: Path, daemon: Daemon) -> None:
+    job, truth = run_case(tmp_path, daemon, "host_bound")
+    own = truth["device_seconds"] / truth["wall_seconds"]
+    busy = {d.info.id: d.busy_ratio for d in job.devices}
+    assert busy[0] is not None and abs(busy[0] - own) <= 0.05, (busy, own)
+    assert all(busy[d] is not None and busy[d] < 0.02 for d in (1, 2, 3)), busy
+
+
+def test_transformer_mfu_from_declared_model_flops(tmp_path: Path, daemon: Daemon) -> None:
+    job, truth = run_case(tmp_path, daemon, "transformer")
+    steps, util = job.steps, job.utilization
+    rate = own_rate(truth, job)
+    assert steps.model_flops_per_step == truth["model_flops_per_step"]
+    assert close(util.model_flops_utilization_ratio,
+                 truth["model_flops_per_step"] * rate / PEAK, 0.03)  # fmt: skip
+    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02)
+    assert close(util.hardware_flops_utilization_ratio, truth["flops_per_step"] * rate / PEAK,
+                 0.03)  # fmt: skip
+    # XLA counts more than the model: the optimizer update, softmax, activations
+    assert util.hardware_flops_utilization_ratio > util.model_flops_utilization_ratio
