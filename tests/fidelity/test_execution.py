@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
 from xmon.client import DaemonClient
 from xmon.model import Job
+
+from procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
 
