@@ -181,6 +181,9 @@ TRACE = TraceExecutions({4: 30, 6: 2, 99: 5}, window_seconds=2.0, ended_at=1000.
         (Program("c", "jit_c", program_ids=(5,)), (0, 0.0)),  # did not run in the trace
         (Program("d", "jit_d"), (None, None)),  # module ids unknown
         (Program("e", "jit_e", program_ids=(4,), compiled_at=1001.0), (None, None)),  # too new
+        # the execution ledger counted after the trace ended: its counts stand
+        (Program("f", "jit_f", program_ids=(4,), executions=7, executions_per_second=3.5,
+                 executions_counted_at=1001.0, executions_source="ledger"), (7, 3.5)),
     ],
 )
 def test_programs_get_the_executions_of_their_module_ids(
@@ -188,8 +191,11 @@ def test_programs_get_the_executions_of_their_module_ids(
 ) -> None:
     got = with_executions(program, TRACE)
     assert (got.executions, got.executions_per_second) == expected
-    if expected[0] is not None:
+    if program.executions_source == "ledger":
+        assert got is program
+    elif expected[0] is not None:
         assert (got.executions_window_seconds, got.executions_counted_at) == (2.0, 1000.0)
+        assert got.executions_source == "capture"
 
 
 def job(pid: int, *programs: Program) -> Job:

@@ -58,8 +58,10 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Pr
     work = tmp_path_factory.mktemp("executions")
     daemon = profiling_daemon(work / "daemon", capture_min_free_bytes=16 * 1024)
     out, stop = work / "paced.json", work / "paced.stop"
+    # The execution ledger off: this job's executions come from captures only.
     job = start_job(work, daemon.socket_path, PACED_JOB, "paced", JOB_OUT=str(out),
-                    JOB_STOP=str(stop), FAST=str(FAST), SLOW=str(SLOW))  # fmt: skip
+                    JOB_STOP=str(stop), FAST=str(FAST), SLOW=str(SLOW),
+                    XMON_LEDGER="off")  # fmt: skip
     try:
 
         def started() -> bool:

@@ -37,9 +37,11 @@ class TraceExecutions:
 def with_executions(program: Program, trace: TraceExecutions) -> Program:
     """The program with its executions in ``trace``: the sum over its module ids (a program
     recompiled during the trace ran under both); unknown without ids or when it was compiled
-    after the trace ended."""
+    after the trace ended. Counts the execution ledger took after the trace ended stand: the
+    newer of the two describes the job now."""
     compiled_late = program.compiled_at is not None and program.compiled_at > trace.ended_at
-    if not program.program_ids or compiled_late:
+    ledger_newer = (program.executions_counted_at or 0.0) > trace.ended_at
+    if not program.program_ids or compiled_late or ledger_newer:
         return program
     executions = sum(trace.counts.get(i, 0) for i in set(program.program_ids))
     rate = executions / trace.window_seconds if trace.window_seconds > 0 else None
@@ -49,6 +51,8 @@ def with_executions(program: Program, trace: TraceExecutions) -> Program:
         executions_per_second=rate,
         executions_window_seconds=trace.window_seconds,
         executions_counted_at=trace.ended_at,
+        executions_source="capture",
+        executions_per_step=None,  # a capture counts no steps
     )
 
 
