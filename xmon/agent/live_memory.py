@@ -31,7 +31,7 @@ SLICE_SECONDS = 0.0005  # longest stretch of counting between two GIL hand-overs
 PAUSE_SECONDS = 0.0002  # long enough for a waiting thread to wake and take the GIL
 BUDGET = 0.001  # share of wall time the readings may take, snapshot included
 TRIES = 5  # attempts per report to find the job at rest without markers
-MAX_INTERVAL = 30.0  # the longest pacing between readings, however many arrays
+MAX_INTERVAL = 300.0  # the longest pacing between readings (beyond it, over budget)
 
 Snapshot = Callable[[], list[Any]]
 
@@ -42,16 +42,6 @@ def live_arrays() -> list[Any]:
     return list(jax.live_arrays())
 
 
-def _parts(array: Any) -> Sequence[Any]:
-    """The single-device arrays over an array's addressable buffers."""
-    if len(array.sharding.device_set) == 1:
-        return (array,)
-    try:
-        return tuple(array._arrays)  # cached: the very objects that shard.data returns
-    except AttributeError:
-        return tuple(shard.data for shard in array.addressable_shards)
-
-
 def _device_id(part: Any) -> int:
     device = getattr(part.sharding, "_device", None)  # SingleDeviceSharding, without a set
     if device is None:
@@ -59,20 +49,31 @@ def _device_id(part: Any) -> int:
     return int(device.id)
 
 
+_DEVICE_SHIFT = 52  # addresses fit in 48 bits: a buffer's key is one int (no GC-tracked tuple)
+_DONATED = 1 << 62  # keys of buffers told apart by object, not address
+
+
 class BufferCount:
     """Per-device bytes of distinct buffers, fed array by array."""
 
     def __init__(self, device_ids: Sequence[int]) -> None:
         self.totals = {int(d): 0 for d in device_ids}
-        self._seen: set[tuple[int, int, int]] = set()
+        self._seen: set[int] = set()
         self.deleted_parents = 0  # sharded arrays donated since the snapshot
         self.deleted_parts = 0  # single-device ones: maybe views of such a parent
 
     def add(self, array: Any) -> None:
         try:
-            parts = _parts(array)
-        except Exception:  # noqa: BLE001 - donated since the snapshot: its shards are gone
-            self._add_deleted(array)
+            if len(array.sharding.device_set) == 1:
+                self._add_part(array)
+                return
+            parts = array._arrays  # cached: the very objects that shard.data returns
+            if parts is None:  # donated since the snapshot: its shards are gone
+                self._add_deleted(array)
+                return
+        except AttributeError:
+            parts = [shard.data for shard in array.addressable_shards]
+        except Exception:  # noqa: BLE001 - freed while we looked
             return
         for part in parts:
             try:
@@ -85,9 +86,9 @@ class BufferCount:
         if device_id not in self.totals:
             return
         try:
-            key = (device_id, 0, int(part.unsafe_buffer_pointer()))
+            key = int(part.unsafe_buffer_pointer()) ^ (device_id << _DEVICE_SHIFT)
         except Exception:  # noqa: BLE001 - donated since the snapshot: live when it was taken
-            key = (device_id, 1, id(part))
+            key = id(part) ^ (device_id << _DEVICE_SHIFT) ^ _DONATED
             self.deleted_parts += 1
         if key not in self._seen:
             self._seen.add(key)
@@ -103,7 +104,7 @@ class BufferCount:
             return
         self.deleted_parents += 1
         for device_id in devices:
-            key = (device_id, 1, id(array))
+            key = id(array) ^ (device_id << _DEVICE_SHIFT) ^ _DONATED
             if device_id in self.totals and key not in self._seen:
                 self._seen.add(key)
                 self.totals[device_id] += int(shard_bytes)
