@@ -26,11 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine, summary, table, today, write_section
-from procs import base_env, start_daemon
-
 from xmon.agent.sampler import DEFAULT_DURATION, DEFAULT_INTERVAL
 from xmon.execution.ledger import parse_sample
+
+from common import REPO, machine, summary, table, today, write_section
+from procs import base_env, start_daemon
 
 JOB = r"""
 import base64, json, sys, threading, time
@@ -180,9 +180,20 @@ def main(quick: bool = False) -> str:
         "(the profiler slowing the job while it records), both per second of training. The "
         "longest GIL wait is a 1 ms ticker thread's longest extra gap, during samples and "
         "outside them.\n\n"
-        + table(["mode", "samples", "median step", "overhead (step time)", "sampler thread",
-                 "steps slowed by sampling", "direct overhead", "longest GIL wait in a sample",
-                 "longest GIL wait outside"], rows)  # fmt: skip
+        + table(
+            [
+                "mode",
+                "samples",
+                "median step",
+                "overhead (step time)",
+                "sampler thread",
+                "steps slowed by sampling",
+                "direct overhead",
+                "longest GIL wait in a sample",
+                "longest GIL wait outside",
+            ],
+            rows,
+        )  # fmt: skip
         + f"\n\nA sample of this job is {size / 1024:.0f} KiB of XSpace (median); the daemon "
         f"parses one in {parse * 1e3:.1f} ms. For 4 such agents at the default pace that is "
         f"{daemon_share:.2f} % of one core, beside the daemon's idle budget of 0.5 % "
