@@ -397,3 +397,26 @@ def test_truncated_text_never_raises() -> None:
 def test_module_does_not_import_jax() -> None:
     code = "import sys, xmon.execution.loop_cost; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+UNCOSTED = """HloModule m
+ENTRY %e (p: f32[8,8]) -> f32[8,8] {
+  %p = f32[8,8]{1,0} parameter(0)
+  %s = f32[8,8]{1,0} custom-call(%p), custom_call_target="Sharding", sharding={replicated}
+  ROOT %k = f32[8,8]{1,0} custom-call(%s), custom_call_target="%s"
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "uncosted"),
+    [("tpu_custom_call", ("tpu_custom_call",)), ("__gpu$xla.gpu.triton", ("__gpu$xla.gpu.triton",)),
+     ("lapack_sgetrf_ffi", ("lapack_sgetrf_ffi",)), ("MoveToHost", ()),
+     ("xla_ffi_python_cpu_callback", ())],
+)  # fmt: skip
+def test_custom_calls_nobody_costs_make_a_lower_bound(
+    target: str, uncosted: tuple[str, ...]
+) -> None:
+    cost = loop_cost(UNCOSTED.replace('"%s"', f'"{target}"'), None)
+    assert cost.uncosted_custom_calls == uncosted
+    assert cost.lower_bound is bool(uncosted)

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 
-from xmon.hlo import Computation, Instruction, Module, callees, parse_modules
+from xmon.hlo import GEMM_CALL_TARGETS, Computation, Instruction, Module, callees, parse_modules
 
 # XLA's cost of the module text given (its ENTRY is the computation wanted): the dict of
 # HloCostAnalysis ("flops", "transcendentals", "bytes accessed", ...), or None if unknown.
@@ -96,6 +96,9 @@ class LoopCost:
     # GEMM custom-call FLOPs of one run, loop-aware; None: not counted (text too large)
     custom_call_flops: float | None = 0.0
     reason: str | None = None  # why ``extra`` is None
+    # Targets of custom-calls that may compute but that no cost analysis counts (Pallas and
+    # Triton kernels, cuDNN convolutions, LAPACK): their FLOPs are missing from every figure.
+    uncosted_custom_calls: tuple[str, ...] = ()
 
     @property
     def unknown_trip_counts(self) -> int:
@@ -106,7 +109,8 @@ class LoopCost:
         """True when the loop-aware figures may still miss work: a trip count is unknown, the
         program has loops and their cost could not be rebuilt, or GEMMs went uncounted."""
         unbuilt = bool(self.loops) and self.extra is None
-        return self.unknown_trip_counts > 0 or unbuilt or self.custom_call_flops is None
+        uncounted = self.custom_call_flops is None or bool(self.uncosted_custom_calls)
+        return self.unknown_trip_counts > 0 or unbuilt or uncounted
 
 
 # --- trip counts -------------------------------------------------------------------------------
@@ -456,9 +460,34 @@ def loop_cost(
     Never raises.
     """
     try:
-        return _loop_cost(hlo_text, xla_cost, max_xla_calls, max_text_chars)
+        cost = _loop_cost(hlo_text, xla_cost, max_xla_calls, max_text_chars)
     except Exception as exc:  # noqa: BLE001 - a monitor must survive any text
         return LoopCost(reason=f"unreadable HLO text ({type(exc).__name__})")
+    uncosted = uncosted_custom_calls(hlo_text) if isinstance(hlo_text, str) else ()
+    return replace(cost, uncosted_custom_calls=uncosted) if uncosted else cost
+
+
+# Custom-call targets that move, annotate or call back into the host and compute no FLOPs
+# worth counting; GEMM targets are counted from their shapes (xmon.hlo).
+_FLOP_FREE_TARGETS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "annotate_device_placement",
+    "MoveToHost", "MoveToDevice", "PadToStatic", "SliceToDynamic", "LayoutConstraint",
+    "AllocateBuffer", "X64Combine", "X64SplitLow", "X64SplitHigh", "cu_threefry2x32",
+    "cu_threefry2x32_ffi", "xla_python_cpu_callback", "xla_python_gpu_callback",
+    "xla_ffi_python_cpu_callback", "xla_ffi_python_gpu_callback",
+    "xla_ffi_partitioned_python_cpu_callback", "xla_ffi_partitioned_python_gpu_callback",
+    "tf.call_tf_function", "InspectSharding", "ResizeBuffer",
+})  # fmt: skip
+_CUSTOM_CALL_TARGET = re.compile(r'custom_call_target="(?P<target>[^"]*)"')
+
+
+def uncosted_custom_calls(hlo_text: str) -> tuple[str, ...]:
+    """Distinct targets of the custom-calls in ``hlo_text`` whose FLOPs nobody counts: neither
+    a GEMM xmon counts nor a call known to compute nothing."""
+    if "custom_call_target" not in hlo_text:
+        return ()
+    targets = {m["target"] for m in _CUSTOM_CALL_TARGET.finditer(hlo_text)}
+    return tuple(sorted(targets - _FLOP_FREE_TARGETS - GEMM_CALL_TARGETS))
 
 
 def _loop_cost(
