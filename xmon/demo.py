@@ -49,7 +49,9 @@ def train(steps: int, batch: int, width: int, job_name: str, report_every: int) 
         },
         per_device,
     )
-    target = jax.random.normal(keys[3], (width, 1))
+    # Scaled so x @ target is ~N(0, 1): sin() of it is a smooth function the MLP can learn,
+    # where an unscaled target (std sqrt(width)) made the labels noise and the loss flat.
+    target = jax.random.normal(keys[3], (width, 1)) / width**0.5
 
     def loss_fn(p: dict[str, Any], x: Any, y: Any) -> Any:
         h = jnp.tanh(x @ p["w1"])
@@ -79,7 +81,7 @@ def train(steps: int, batch: int, width: int, job_name: str, report_every: int) 
             x, y = make_batch(sub)
             params, loss = train_step(params, x, y)
         step += 1
-        if report_every and step % report_every == 0:
+        if report_every and (step == 1 or step % report_every == 0):
             rate = step / (time.perf_counter() - started)
             mean_loss = float(np.asarray(loss).mean())
             print(f"demo: step {step} loss {mean_loss:.4f} ({rate:.1f} steps/s)", flush=True)

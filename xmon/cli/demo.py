@@ -1,9 +1,10 @@
 """``xmon demo``: a daemon plus a small JAX training job on CPU, to see xmon with no accelerator.
 
 Both run as child processes exactly as a user would run them (``xmon daemon`` and a job with
-the agent attached); Ctrl-C stops both. The daemon listens on the default socket, so ``xmon
-top``, ``xmon ls`` and ``xmon monitor`` in another shell find it with no setting; where a
-daemon already listens there (or the path cannot be created), on one of its own.
+the agent attached); they die with the demo whatever stops it (``xmon.cli.children``). The
+daemon listens on the default socket, so ``xmon top``, ``xmon ls`` and ``xmon monitor`` in
+another shell find it with no setting; where a daemon already listens there (or the path cannot
+be created), on one of its own.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from xmon import paths
+from xmon.cli import children
 
 # A nominal per-device CPU peak so MFU shows a number; CPUs have no entry in the peak table
 # (MFU is reported as absent for unknown kinds), so the demo declares one explicitly.
@@ -69,49 +72,69 @@ def _wait_for_socket(path: Path, daemon: subprocess.Popen[bytes], timeout: float
     return False
 
 
-def _stop(process: subprocess.Popen[bytes] | None) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(5)
-    except subprocess.TimeoutExpired:
-        process.kill()
+def command(name: str, *, cwd: Path | None = None) -> str:
+    """How to type the console script ``name`` of this install so that it runs as shown: the
+    bare name where PATH finds this very script, else its path (relative to ``cwd`` when under
+    it, as the README's ``.venv/bin/xmon``)."""
+    script = Path(sys.executable).parent / name
+    if not script.exists():
+        return f"{sys.executable} -m xmon" if name == "xmon" else name
+    found = shutil.which(name)
+    if found and Path(found).resolve() == script.resolve():
+        return name
+    here = (cwd or Path.cwd()).resolve()
+    absolute = script.parent.resolve() / name
+    return str(absolute.relative_to(here)) if absolute.is_relative_to(here) else str(absolute)
+
+
+def hints(listen: str, devices: int, socket_prefix: str, logdir: str) -> str:
+    host, _, port = listen.rpartition(":")
+    xmon, xprof = socket_prefix + command("xmon"), command("xprof")
+    return (
+        f"\nxmon demo: a JAX job on {devices} CPU devices reports to the daemon.\n"
+        f"  metrics:  curl -s http://{host or 'localhost'}:{port}/metrics | grep xmon_job_\n"
+        f"  views:    {xmon} top  |  {xmon} ls  |  {xmon} monitor\n"
+        f"  traces:   {xmon} capture --job demo --duration 2s; then\n"
+        f"            {xprof} server --logdir {logdir} --port 8791\n"
+        "  Ctrl-C stops the demo.\n"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     if not 1 <= args.devices <= 64:
         print(f"xmon demo: --devices must be 1-64, got {args.devices}", file=sys.stderr)
         return 2
+    try:
+        with children.stopped_by_signals():
+            return _run(args)
+    except children.Stopped as stopped:
+        return 128 + stopped.signum
+
+
+def _run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="xmon-demo-"))
     socket_path, found_by_default = demo_socket(args.socket, workdir)
     env = dict(os.environ, XMON_SOCKET=str(socket_path), XMON_PEAKS=json.dumps(DEMO_CPU_PEAK))
     env.setdefault("XMON_LOGDIR", str(workdir / "tensorboard"))
-    views = "" if found_by_default else f"XMON_SOCKET={socket_path} "
-    daemon_cmd = [sys.executable, "-m", "xmon", "daemon", "--listen", args.listen]
-    daemon = subprocess.Popen(daemon_cmd, env=env)
-    job = None
+    prefix = "" if found_by_default else f"XMON_SOCKET={socket_path} "
+    daemon = job = None
     try:
+        daemon = children.spawn(
+            [sys.executable, "-m", "xmon", "daemon", "--listen", args.listen], env
+        )
         if not _wait_for_socket(socket_path, daemon, timeout=15):
             print("xmon demo: the daemon did not start (see its message above)", file=sys.stderr)
             return 1
         job_env = dict(env, XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
-        job_cmd = [sys.executable, "-m", "xmon.demo", "--steps", str(args.steps)]
-        job = subprocess.Popen(job_cmd, env=job_env)
-        host, _, port = args.listen.rpartition(":")
-        print(
-            f"\nxmon demo: a JAX job on {args.devices} CPU devices reports to the daemon.\n"
-            f"  metrics:  curl -s http://{host or 'localhost'}:{port}/metrics | grep xmon_job_\n"
-            f"  views:    {views}xmon top  |  {views}xmon ls  |  {views}xmon monitor\n"
-            f"  traces:   {views}xmon capture --job demo --duration 2s; then\n"
-            f"            xprof server --logdir {env['XMON_LOGDIR']} --port 8791\n"
-            "  Ctrl-C stops the demo.\n",
-            flush=True,
+        job = children.spawn(
+            [sys.executable, "-m", "xmon.demo", "--steps", str(args.steps)], job_env
         )
+        print(hints(args.listen, args.devices, prefix, env["XMON_LOGDIR"]), flush=True)
         return job.wait() if args.steps else _wait_forever(daemon, job)
     finally:
-        _stop(job)
-        _stop(daemon)
+        # The job first, so its last report reaches a daemon that is still there.
+        children.stop(job)
+        children.stop(daemon)
 
 
 def _wait_forever(daemon: subprocess.Popen[bytes], job: subprocess.Popen[bytes]) -> int:
