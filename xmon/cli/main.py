@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -73,17 +75,38 @@ def _command(argv: Sequence[str]) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int | str | None:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        try:
+            code: int | str | None = _dispatch(argv)
+        except SystemExit as exit_:  # argparse's --help, --version and usage errors
+            code = exit_.code
+        sys.stdout.flush()  # here, so a reader that has gone is seen inside the try
+        return code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _dispatch(argv: list[str]) -> int:
     parser, handlers = build_parser(only=_command(argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        return handlers[args.command](args)
-    except KeyboardInterrupt:
-        return 130
+    return handlers[args.command](args)
+
+
+def _reader_gone() -> int:
+    """``xmon programs | head -3``: the reader closed the pipe. End quietly, as tools killed by
+    SIGPIPE do, with their status; stdout goes to /dev/null so the interpreter's own flush at
+    exit cannot raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
