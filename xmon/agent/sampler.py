@@ -169,6 +169,10 @@ def _options(profiler: Any) -> Any:
     # Level 1 keeps XLA's op events (the CPU backend records device work on host threads)
     # and drops the verbose host TraceMes of levels 2-3.
     options.host_tracer_level = 1
+    # The programs' HLO travels separately (xmon.agent.hlo_store): without it a sample is a
+    # fraction of the size to collect, send and parse.
+    if hasattr(options, "enable_hlo_proto"):
+        options.enable_hlo_proto = False
     return options
 
 
