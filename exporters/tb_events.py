@@ -50,19 +50,32 @@ def file_name(wall_time: float, filename_suffix: str = "") -> str:
     return f"events.out.tfevents.{int(wall_time):010d}.{host}.{pid}.{uid}{filename_suffix}"
 
 
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class EventFile:
     """One new event file in ``logdir`` (created, with parents, if missing).
 
-    The first record, ``file_version``, is written and flushed at once, as tensorboard does.
+    With ``dir_fd`` (an open descriptor of ``logdir``, see ``tb_logdir.open_run_dir``) the file
+    is created in that very directory, whatever links appear on the path since; either way it
+    is a new file (``O_EXCL | O_NOFOLLOW``), never an existing file or a link's target. The
+    first record, ``file_version``, is written and flushed at once, as tensorboard does.
     """
 
     def __init__(
-        self, logdir: Path, filename_suffix: str = "", wall: Callable[[], float] = time.time
+        self,
+        logdir: Path,
+        filename_suffix: str = "",
+        wall: Callable[[], float] = time.time,
+        dir_fd: int | None = None,
     ) -> None:
-        logdir.mkdir(parents=True, exist_ok=True)
         created = wall()
-        self._path = logdir / file_name(created, filename_suffix)
-        self._file = open(self._path, "wb")  # open until close()
+        name = file_name(created, filename_suffix)
+        self._path = logdir / name
+        if dir_fd is None:
+            logdir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(name if dir_fd is not None else self._path, _NEW_FILE, 0o644, dir_fd=dir_fd)
+        self._file = os.fdopen(fd, "wb")  # open until close()
         try:
             self.add_event(event_pb2.Event(wall_time=created, file_version=FILE_VERSION))
             self.flush()
@@ -79,6 +92,14 @@ class EventFile:
 
     def flush(self) -> None:
         self._file.flush()
+
+    def unlinked(self) -> bool:
+        """Whether the file was deleted under us (its run directory or the logdir removed):
+        writing on would go to a file nobody can read."""
+        try:
+            return os.fstat(self._file.fileno()).st_nlink == 0
+        except (OSError, ValueError):  # closed
+            return True
 
     def close(self) -> None:
         """Flush and close; closing again does nothing."""

@@ -15,6 +15,8 @@ itself down in ``Snapshot.exporters``, drops its writers and tries again after
 from __future__ import annotations
 
 import logging
+import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,9 +118,10 @@ def scalar_event(wall_time: float, step: int, scalars: list[tuple[str, float]]) 
 
 
 def step_of(job: Job, wall_time: float) -> int:
-    """Milliseconds since the job attached."""
+    """Milliseconds since the job attached (by the wall clock: the origin of a job's axis)."""
     origin = job.started_at if job.started_at > 0 else 0.0
-    return max(0, int(round((wall_time - origin) * 1000)))
+    ms = (wall_time - origin) * 1000
+    return max(0, int(round(ms))) if math.isfinite(ms) else 0
 
 
 class TensorBoardExporter:
@@ -139,6 +142,12 @@ class TensorBoardExporter:
         self._retention = (max_bytes, max_age_seconds, retention_every_seconds)
         self._clock, self._wall = clock, wall
         self._writers: dict[tuple[str, int], tb_events.EventFile] = {}
+        # Each job's step origin: (step, snapshot monotonic) at its first point. Later steps
+        # advance by the monotonic clock, so a wall clock set back never makes them go back.
+        self._origins: dict[tuple[str, int], tuple[int, float]] = {}
+        # Retention ages by a wall clock anchored to the monotonic one at start: a clock set
+        # forward by a month must not make an hour-old trace look a month old.
+        self._anchor = (wall(), clock())
         self._last_write: float | None = None
         self._last_flush = clock()
         self._last_retention: float | None = None
@@ -197,20 +206,41 @@ class TensorBoardExporter:
         live = {(job.job_name, job.pid) for job in snapshot.jobs}
         for key in [k for k in self._writers if k not in live]:
             self._close(key)  # the job has gone: its file is complete
+        self._origins = {k: v for k, v in self._origins.items() if k in live}
         for job in snapshot.jobs:
             scalars = job_scalars(job, snapshot.devices)
             if not scalars:
                 continue
             writer = self._writer(job)
-            writer.add_event(scalar_event(snapshot.wall_time, step_of(job, snapshot.wall_time),
+            writer.add_event(scalar_event(snapshot.wall_time, self._step(job, snapshot),
                                           scalars))  # fmt: skip
+
+    def _step(self, job: Job, snapshot: Snapshot) -> int:
+        key = (job.job_name, job.pid)
+        origin = self._origins.setdefault(key, (step_of(job, snapshot.wall_time),
+                                                snapshot.monotonic))  # fmt: skip
+        return origin[0] + max(0, int(round((snapshot.monotonic - origin[1]) * 1000)))
+
+    def _now(self) -> float:
+        wall, monotonic = self._anchor
+        return wall + self._clock() - monotonic
 
     def _writer(self, job: Job) -> tb_events.EventFile:
         key = (job.job_name, job.pid)
         writer = self._writers.get(key)
+        if writer is not None and writer.unlinked():
+            log.warning("tensorboard: %s was deleted; writing a new event file", writer.path)
+            self._close(key)
+            writer = None
         if writer is None:
-            run = tb_logdir.run_dir(self.logdir, job.job_name, job.pid)
-            writer = tb_events.EventFile(run, FILE_SUFFIX, wall=self._wall)
+            name = tb_logdir.run_name(job.job_name, job.pid)
+            run_fd = tb_logdir.open_run_dir(self.logdir, name)  # never through a link
+            try:
+                writer = tb_events.EventFile(
+                    self.logdir / name, FILE_SUFFIX, wall=self._wall, dir_fd=run_fd
+                )
+            finally:
+                os.close(run_fd)
             self._writers[key] = writer
         return writer
 
@@ -229,7 +259,7 @@ class TensorBoardExporter:
             return
         self._last_retention = now
         keep = [writer.path for writer in self._writers.values()]
-        removed = tb_logdir.enforce_retention(self.logdir, max_bytes, max_age, self._wall(), keep)
+        removed = tb_logdir.enforce_retention(self.logdir, max_bytes, max_age, self._now(), keep)
         if removed:
             log.info("retention removed %d item(s) from %s", len(removed), self.logdir)
 

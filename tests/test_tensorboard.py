@@ -185,6 +185,7 @@ def _trace(run: Path, session: str, size: int, age: float) -> Path:
     directory = run / "plugins" / "profile" / session
     directory.mkdir(parents=True)
     (directory / "h.xplane.pb").write_bytes(b"x" * size)
+    (directory / "xmon_capture.json").write_text("{}")  # xmon's note: retention may delete it
     _age(directory, age)
     return directory
 
