@@ -22,6 +22,7 @@ Cases (the patterns the execution ledger must get right):
 * ``accumulate``: gradient accumulation, a micro-step program run 4 times a step plus an update;
 * ``eval``: a train step every step and an eval program every 4th step;
 * ``unmarked``: like ``aot`` with no step markers (``xmon run`` with no code change);
+* ``scan_layers``: a scan over layers with ``jax.checkpoint`` and ``jax.grad`` as the step;
 * ``host_bound``: one device computes ~20 ms, then the host sleeps 40 ms.
 * ``transformer``: a small decoder-only transformer with declared model FLOPs (6·N·tokens).
 """
@@ -165,6 +166,30 @@ def evaluate() -> Job:
     return Job(step, flops, analytic)
 
 
+def scan_layers() -> Job:
+    """MaxText's train step: scan over stacked layers with jax.checkpoint and jax.grad (the
+    fidelity suite's pattern). Truth: the cost analysis of its unrolled twin, which runs the
+    same matmuls without a loop, and the analytic matmul count."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import patterns
+
+    pattern = patterns.scan_layers_remat_grad()
+    compiled = pattern.fn.lower(*pattern.args).compile()
+    devices = len(compiled.runtime_executable().local_devices())
+    ws, x = pattern.args
+    # the update runs as its own small program: it counts too
+    update = jax.jit(lambda ws, g: ws - 1e-6 * g).lower(ws, ws).compile()
+    state = {"ws": ws}
+
+    def step(_: int) -> None:
+        grads, _gx = compiled(state["ws"], x)
+        state["ws"] = update(state["ws"], grads)
+
+    assert pattern.truth is not None
+    flops = pattern.truth * devices + all_device_flops(update)
+    return Job(step, flops, pattern.matmul_flops * devices + all_device_flops(update))
+
+
 def host_bound() -> tuple[Job, dict[str, float]]:
     """One device computes, then the host sleeps; the job times its own waits."""
     a = jnp.ones((768, 768))
@@ -251,6 +276,8 @@ def main(case: str, out: Path) -> None:
         job = accumulate()
     elif case == "eval":
         job = evaluate()
+    elif case == "scan_layers":
+        job = scan_layers()
     elif case == "host_bound":
         job, waits = host_bound()
     elif case == "transformer":

@@ -27,6 +27,7 @@ device is N); the CPU backend records them on host threads, each op with a
 from __future__ import annotations
 
 import re
+import statistics
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -356,11 +357,16 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     stepped = [s for s in samples if s.steps_in_core and s.dominant is not None]
     if not stepped:
         return {}, 0.0, 0.0
+    ratios = [
+        s.executions.get(s.dominant, 0) / s.steps_in_core
+        for s in stepped
+        if s.dominant is not None and s.steps_in_core
+    ]
     dominant_runs = sum(s.executions.get(s.dominant, 0) for s in stepped if s.dominant is not None)
-    measured_steps = sum(s.steps_in_core or 0.0 for s in stepped)
-    if not dominant_runs or not measured_steps:
+    if not dominant_runs or not any(ratios):
         return {}, 0.0, 0.0
-    steps = dominant_runs / snap(dominant_runs / measured_steps)
+    # The median: one sample taken while the host ran ahead of a starved device does not move it.
+    steps = dominant_runs / snap(statistics.median(ratios))
     counts: defaultdict[int, int] = defaultdict(int)
     for sample in stepped:
         for program, n in sample.executions.items():
