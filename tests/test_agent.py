@@ -81,6 +81,15 @@ def test_compile_events_are_counted_and_recompiles_detected(agent: Agent) -> Non
     assert names.count("jit(recompiled)") == 2
 
 
+def test_no_cache_requests_while_the_persistent_cache_is_off(agent: Agent) -> None:
+    assert not jax.config.jax_compilation_cache_dir, "the test job sets no cache directory"
+    before = agent.compiles.stats()
+    jax.jit(lambda x: x * 3 + 1)(jnp.ones(7)).block_until_ready()
+    after = agent.compiles.stats()
+    assert after.compiles_total > before.compiles_total
+    assert after.cache_requests_total == before.cache_requests_total == 0
+
+
 def test_programs_compiled_inside_steps_are_marked(agent: Agent) -> None:
     @jax.jit
     def outside(x: jax.Array) -> jax.Array:

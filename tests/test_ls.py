@@ -17,8 +17,16 @@ from typing import Any
 
 import pytest
 
-from xmon.cli.ls import Listing, none_found, problems, rows_of
-from xmon.cli.ls_render import Holder, Row, memory_text, render_json, render_table, util_text
+from xmon.cli.ls import Listing, cpu_devices_json, none_found, problems, rows_of
+from xmon.cli.ls_render import (
+    Holder,
+    Row,
+    memory_text,
+    render_json,
+    render_table,
+    row_json,
+    util_text,
+)
 from xmon.collectors import registered
 from xmon.model import (
     CollectorHealth,
@@ -108,11 +116,16 @@ def test_rows_join_jobs_for_commands_and_coords() -> None:
 
 def test_none_found_says_where_the_cpu_count_comes_from() -> None:
     assert none_found(Listing((), "direct", cpu_count=8)) == (
-        "no TPU/GPU found; 8 CPU devices (host CPUs)")  # fmt: skip
+        "no TPU/GPU found; no JAX job attached (8 host CPUs)")  # fmt: skip
+    assert cpu_devices_json(Listing((), "direct", cpu_count=8)) == []
     listing = Listing((), "daemon", jobs=(_job(77, "cpu", 4),), cpu_count=2)
     assert (
         none_found(listing) == "no TPU/GPU found; 4 CPU devices (JAX devices of job train (pid 77))"
     )
+    listed = cpu_devices_json(listing)  # --json lists the devices the text counts
+    assert len(listed) == 4 and {d["platform"] for d in listed} == {"cpu"}
+    assert listed[0]["processes"][0]["pid"] == 77
+    assert set(listed[0]) == set(row_json(rows_of(Listing((TPU_DEVICE,), "t"), V5E / "proc")[0]))
 
 
 def test_problems() -> None:
@@ -191,7 +204,7 @@ def test_no_accelerator(tmp_path: Path) -> None:
     env = fixture_env(tmp_path, FIXTURES / "none")
     result = ls(env=env)
     assert (result.returncode, result.stderr) == (0, "")
-    assert result.stdout == f"no TPU/GPU found; {os.cpu_count()} CPU devices (host CPUs)\n"
+    assert result.stdout == f"no TPU/GPU found; no JAX job attached ({os.cpu_count()} host CPUs)\n"
     result = ls("--json", env=env)
     assert (result.returncode, result.stdout) == (0, "[]\n")
     assert result.stderr.startswith("no TPU/GPU found;")
@@ -272,6 +285,8 @@ def test_cpu_job_through_the_daemon(tmp_path: Path) -> None:
         out = wait_for(message, 90, "the job's CPU devices in xmon ls")
         where = f"JAX devices of job cpujob (pid {job.popen.pid})"
         assert out == f"no TPU/GPU found; 4 CPU devices ({where})\n"
+        listed = json.loads(ls("--json", env=env).stdout)  # the JSON agrees with the text
+        assert [d["platform"] for d in listed] == ["cpu"] * 4
     finally:
         job.stop()
         daemon.stop()

@@ -201,11 +201,15 @@ def test_every_line_validates_and_lists_every_device_of_the_demo_job(
 @pytest.mark.e2e
 def test_once_with_filters_and_a_closed_pipe(daemon: Daemon) -> None:
     socket = str(daemon.socket_path)
-    result = xmon("monitor", "--once", "--socket", socket, "--groups", "jobs", "--job", "nope")
+    result = xmon("monitor", "--once", "--socket", socket, "--groups", "jobs")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["jobs"] == [] and "system" not in report and "hardware" not in report
     assert len(result.stdout.splitlines()) == 1
+    # A job that is not there is an error, as in `xmon programs --job nope`.
+    result = xmon("monitor", "--once", "--socket", socket, "--job", "nope")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == "xmon monitor: no attached job matches --job nope; attached: none\n"
     # `xmon monitor | head -1`: the reader goes away, monitor exits quietly and with 0.
     pipeline = f"set -o pipefail; {sys.executable} -m xmon monitor --socket {socket} | head -1"
     piped = subprocess.run(["bash", "-c", pipeline], capture_output=True, text=True,

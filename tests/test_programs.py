@@ -81,7 +81,7 @@ def test_select_jobs_names_what_is_attached() -> None:
 
 
 def test_table_has_a_row_per_program_and_dashes_for_unknown() -> None:
-    table = render_table(sort_rows(rows([job()], PeakTable()), "flops")).splitlines()
+    table = render_table(sort_rows(rows([job()], PeakTable()), "flops"), wide=True).splitlines()
     assert table[0].split() == ["JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS",
                                 "LOOPS", "BYTES", "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT",
                                 "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S",
@@ -102,7 +102,7 @@ def test_executions_sort_by_rate_and_fill_the_exec_columns() -> None:
     ordered = sort_rows(rows([counted]), "executions")
     assert [r.name for r in ordered] == ["jit_add", "jit_matmul", "jit_custom"]
     assert (ordered[0].executions, ordered[0].executions_window_seconds) == (40, 2.0)
-    table = render_table(ordered).splitlines()
+    table = render_table(ordered, wide=True).splitlines()
     assert table[1].split()[-3:] == ["40", "20", "-"] and table[3].split()[-3:] == ["-"] * 3
     assert "latest trace capture" in executions_note(ordered)
     assert "run `xmon capture`" in executions_note(rows([job()]))
@@ -117,7 +117,7 @@ def test_loop_aware_flops_beside_xlas_with_the_lower_bound_marked() -> None:
     ))  # fmt: skip
     items = sort_rows(rows([looped]), "flops")
     assert (items[0].flops_xla, items[0].loops, items[0].flops_lower_bound) == (1e11, 3, True)
-    table = render_table(items).splitlines()
+    table = render_table(items, wide=True).splitlines()
     assert table[1].split()[4:7] == ["≥1T", "100G", "3(1?)"]
     assert table[2].split()[4:7] == ["1M", "1M", "1"]
     assert "≥" in flops_note(items) and "≥" not in flops_note(rows([job()]))
@@ -135,7 +135,7 @@ def test_ledger_executions_show_device_time_and_say_their_source() -> None:
     ))  # fmt: skip
     items = sort_rows(rows([counted]), "executions")
     assert items[0].executions_source == "ledger"
-    table = render_table(items).splitlines()
+    table = render_table(items, wide=True).splitlines()
     assert table[1].split()[-3:] == ["60", "2", "12.3ms"]
     assert table[2].split()[-1] == "4.5us"
     assert "execution ledger's samples" in executions_note(items)
@@ -194,7 +194,7 @@ def test_programs_table_and_hlo_by_fingerprint_prefix(live) -> None:
 
     text = wait_for(table, 30, "the job's programs to be reported")
     row = next(line for line in text.splitlines() if " jit_train_step " in line)
-    prefix = row.split()[2]  # the table shows 12 characters of the fingerprint
+    prefix = row.split()[1]  # the table shows 12 characters of the fingerprint
     hlo = xmon_cli(daemon, "programs", "--hlo", prefix)
     assert hlo.returncode == 0, hlo.stderr
     assert hlo.stdout.startswith("HloModule jit_train_step")
@@ -230,3 +230,20 @@ def test_no_daemon_is_one_clear_line(tmp_path: Path) -> None:
                               text=True, env=env, cwd=REPO, timeout=60)  # fmt: skip
         assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
         assert "no xmon daemon is answering on" in done.stderr
+
+
+def test_the_default_table_fits_120_columns() -> None:
+    matmul, add, custom = job().programs
+    long = replace(job(), job_name="a-very-long-training-job-name", programs=(
+        replace(matmul, name="jit_" + "train_step_with_a_very_long_name" * 2, flops=1.23e15,
+                flops_lower_bound=True, executions=60, executions_per_second=123.0,
+                device_seconds_per_execution=0.0123, executions_window_seconds=30.0,
+                executions_counted_at=1.0, executions_source="ledger"),
+        add, custom,
+    ))  # fmt: skip
+    narrow = render_table(sort_rows(rows([long]), "flops")).splitlines()
+    assert max(len(line) for line in narrow) <= 120, "\n".join(narrow)
+    assert narrow[0].split()[:3] == ["JOB", "FINGERPRINT", "PROGRAM"]
+    assert "…" in narrow[1] and "≥1.23P" in narrow[1]
+    wide = render_table(sort_rows(rows([long]), "flops"), wide=True).splitlines()
+    assert wide[0].split()[1] == "PID" and long.job_name in wide[1]

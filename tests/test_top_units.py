@@ -70,8 +70,8 @@ def test_sort_keeps_unknown_last_both_ways() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(None, "n/a"), (0, "0B"), (1000, "1000B"), (1536, "1.5K"), (512 * 2**20, "512M"),
-     (1.5 * GiB, "1.5G"), (80 * GiB, "80G")],
+    [(None, "n/a"), (0, "0B"), (1000, "1000B"), (1536, "1.5KiB"), (512 * 2**20, "512MiB"),
+     (1.5 * GiB, "1.5GiB"), (80 * GiB, "80GiB"), (1023 * 2**20, "1023MiB")],
 )  # fmt: skip
 def test_human_bytes(value: float | None, text: str) -> None:
     assert fmt.human_bytes(value) == text
@@ -103,6 +103,15 @@ def test_bars_and_sparklines() -> None:
     bar = fmt.Bar(0.5, "1G/2G", peak=0.75).text(8)
     assert bar.plain == "████·│·· 1G/2G"  # the peak reaches the 6th cell of 8
     assert fmt.Bar(None, "2M").text(4).plain == "···· 2M"
+
+
+@pytest.mark.parametrize("value", [0, 1000, 1536, 2.13 * 2**20, 14.3e6, 1023 * 2**20, 80 * GiB])
+def test_top_and_programs_write_bytes_alike(value: float) -> None:
+    """One convention, IEC for memory, in every view (issue: 14.3MB in top, 13.6MiB in programs)."""
+    from xmon.cli.programs import binary
+
+    assert fmt.human_bytes(value) == binary(value)
+    assert fmt.human_bytes(value).endswith(("B", "KiB", "MiB", "GiB"))
 
 
 def test_history_is_bounded_and_forgets_gone_series() -> None:
@@ -174,3 +183,19 @@ def test_help_legend_explains_every_mark_and_fits_the_box() -> None:
     marks = {mark for mark, _ in LEGEND}
     assert {"HFU", "MFU", "BUSY", fmt.INFERRED_MARK, fmt.LOWER_BOUND_MARK} <= marks
     assert all(len(text) <= 62 for _, text in LEGEND)  # 72-column box, border and mark column
+
+
+def test_compiles_view_lists_youngest_first_and_says_ascending_age() -> None:
+    from xmon.model import CompileEvent
+    from xmon.top.panels import table_label
+    from xmon.top.tables import COMPILE_COLUMNS, CompileItem, compiles_table
+
+    j = job("a", 1)
+    items = [CompileItem(j, CompileEvent(f"f{t}", 0.1, float(t)), t) for t in (100, 300, 200)]
+    table = compiles_table()
+    age = next(c for c in COMPILE_COLUMNS if c.label == "AGE")
+    ordered = sort_by(items, age.sort, table.reverse)
+    assert [i.event.fun_name for i in ordered] == ["f300", "f200", "f100"]  # youngest first
+    assert "sorted by AGE ascending" in table_label("compiles", "AGE", table.reverse, "", 120)
+    oldest_first = sort_by(items, age.sort, True)
+    assert [i.event.fun_name for i in oldest_first] == ["f100", "f200", "f300"]

@@ -112,7 +112,8 @@ class CommandRunner:
         written = sorted(str(p) for s in new_sessions for p in s.glob("*.xplane.pb"))
         for session in new_sessions:
             _write_quietly(session / ANNOTATION_NAME, request.annotation_json)
-        result = _result(command, True, f"traced {request.duration_ms} ms", paths=written)
+        message = f"recorded {traced_seconds:.1f} s of trace"
+        result = _result(command, True, message, paths=written)
         result.traced_seconds = traced_seconds
         return result
 

@@ -52,6 +52,19 @@ _LOOP_COST_FIELDS = (
 )
 
 
+def persistent_cache_on() -> bool:
+    """Whether jax has a persistent compilation cache to consult. jax (0.10) counts
+    ``compile_requests_use_cache`` even with no cache directory set, so without this check a
+    job with the cache off showed requests with neither hits nor misses."""
+    try:
+        import jax
+
+        enabled = getattr(jax.config, "jax_enable_compilation_cache", True)
+        return bool(enabled and getattr(jax.config, "jax_compilation_cache_dir", None))
+    except Exception:  # noqa: BLE001 - an unknown jax: count as jax does
+        return True
+
+
 class CompileRecorder:
     """Thread-safe accumulator of compile counters, recent events and program records."""
 
@@ -75,6 +88,8 @@ class CompileRecorder:
         try:
             if event == CACHE_HITS:
                 self._local.cache_hit = True
+            if event == CACHE_REQUESTS and not persistent_cache_on():
+                return
             if event in (CACHE_REQUESTS, CACHE_HITS, CACHE_MISSES):
                 with self._lock:
                     self._counts[event] = self._counts.get(event, 0) + 1

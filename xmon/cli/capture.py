@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from xmon.cli import flags
+
 if TYPE_CHECKING:
     from xmon.client import CaptureResult
 
@@ -50,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="save a device memory profile (pprof) instead of a trace",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--socket", help="daemon socket (default: $XMON_SOCKET or standard)")
+    flags.add_socket(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -89,9 +91,18 @@ def open_commands(kind: str, log_dir: str, paths: tuple[str, ...]) -> list[str]:
     ]
 
 
+def took(seconds: float) -> str:
+    """``850 ms`` below a second (where ``0.0 s`` said nothing), else ``10.8 s``."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
 def describe(r: CaptureResult) -> str:
-    what = "traced" if r.kind == "trace" else "saved the device memory profile of"
-    lines = [f"{what} job {r.job_name!r} (pid {r.pid}) in {r.seconds:.1f} s: {r.message}"]
+    job = f"job {r.job_name!r} (pid {r.pid})"
+    if r.kind == "trace":  # the agent says what it recorded; the request may have waited too
+        first = f"traced {job}: {r.message}; {took(r.seconds)} from request to files"
+    else:
+        first = f"saved the device memory profile of {job} in {took(r.seconds)}"
+    lines = [first]
     lines += [f"  {p}" for p in r.paths]
     lines.append("open it with one of:")
     lines += [f"  {c}" for c in open_commands(r.kind, r.log_dir, r.paths)]

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from xmon.cli import flags
 from xmon.collectors.base import add_collector_flags, enabled_collectors
 from xmon.config import ConfigError, DaemonConfig, add_daemon_arguments, load_config
 
@@ -15,6 +16,9 @@ from xmon.config import ConfigError, DaemonConfig, add_daemon_arguments, load_co
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_daemon_arguments(parser)
     add_collector_flags(parser)
+    for action in parser._actions:  # the shared wording, with the default path of this shell
+        if "--socket" in action.option_strings:
+            action.help = flags.socket_help("agent and control socket") + "; env XMON_SOCKET"
 
 
 def _load(args: argparse.Namespace) -> tuple[DaemonConfig, list[str]]:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from xmon import paths
-from xmon.cli import children
+from xmon.cli import children, flags
 
 # A nominal per-device CPU peak so MFU shows a number; CPUs have no entry in the peak table
 # (MFU is reported as absent for unknown kinds), so the demo declares one explicitly.
@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=0, help="training steps (0 = until Ctrl-C)")
     parser.add_argument(
         "--socket",
-        help="daemon socket (default: the default socket, or a fresh temporary one where a "
-        "daemon already listens there)",
+        metavar="PATH",
+        help=flags.socket_help("the demo daemon's socket").removesuffix(")")
+        + ", or a temporary one where a daemon already listens there)",
     )
 
 

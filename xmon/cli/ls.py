@@ -9,15 +9,17 @@ or none), 1 on a bad setting or a failed collector.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from xmon.cli import flags
 from xmon.config import ConfigError, DaemonConfig, add_hardware_arguments, load_config
 from xmon.model import CollectorHealth, Device, Job, RuntimeService, Snapshot
 
-from .ls_render import Holder, Row, job_coords, render_json, render_table
+from .ls_render import Holder, Row, cpu_device_json, job_coords, render_json, render_table
 
 PROG = "xmon ls"
 CONNECT_TIMEOUT = 1.0
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("-w", "--wide", action="store_true", help="add PCI address, /dev node, NUMA node, "
         "chip and metrics service; do not shorten commands")  # fmt: skip
     add("--direct", action="store_true", help="read the hardware here even if a daemon runs")
-    add("--socket", metavar="PATH", help="daemon socket (default: $XMON_SOCKET or standard)")
+    flags.add_socket(parser)
     add("--config", metavar="FILE", help="daemon TOML config, for direct reads")
     add("--timeout", type=float, default=5.0, metavar="SECONDS",
         help="longest wait for the hardware or the daemon (default 5)")  # fmt: skip
@@ -112,14 +114,25 @@ def rows_of(listing: Listing, procfs_root: Path) -> list[Row]:
 
 
 def none_found(listing: Listing) -> str:
-    """ "no TPU/GPU found; N CPU devices (where N comes from)"."""
+    """ "no TPU/GPU found; N CPU devices (where N comes from)": the devices ``--json`` lists."""
     cpu_jobs = [job for job in listing.jobs if job.platform == "cpu" and job.devices]
     if cpu_jobs:
         job = cpu_jobs[0]
         where = f"JAX devices of job {job.job_name} (pid {job.pid})"
         return f"no TPU/GPU found; {len(job.devices)} CPU devices ({where})"
     count = listing.cpu_count or os.cpu_count() or 1
-    return f"no TPU/GPU found; {count} CPU devices (host CPUs)"
+    return f"no TPU/GPU found; no JAX job attached ({count} host CPUs)"
+
+
+def cpu_devices_json(listing: Listing) -> list[dict[str, object]]:
+    """The CPU devices ``none_found`` counts, as ``--json`` objects, so the JSON and the text
+    agree; host CPUs are not JAX devices until a job makes them so."""
+    cpu_jobs = [job for job in listing.jobs if job.platform == "cpu" and job.devices]
+    if not cpu_jobs:
+        return []
+    job = cpu_jobs[0]
+    holder = {"pid": job.pid, "command": " ".join(job.argv) or None, "job_name": job.job_name}
+    return [cpu_device_json(device, holder) for device in job.devices]
 
 
 def problems(listing: Listing) -> tuple[list[str], list[str]]:
@@ -138,7 +151,7 @@ def problems(listing: Listing) -> tuple[list[str], list[str]]:
 def _print(listing: Listing, args: argparse.Namespace, procfs_root: Path) -> None:
     rows = rows_of(listing, procfs_root)
     if args.json:
-        print(render_json(rows))
+        print(render_json(rows) if rows else json.dumps(cpu_devices_json(listing), indent=2))
         if not rows:
             print(none_found(listing), file=sys.stderr)
     elif rows:

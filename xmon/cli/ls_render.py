@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xmon.model import Device, Job
+from xmon.model import Device, Job, JobDevice
 
 GIB = 1024**3
 COMMAND_WIDTH = 40
@@ -79,6 +79,20 @@ def row_json(row: Row) -> dict[str, Any]:
             {"pid": h.pid, "command": h.command, "job_name": h.job_name} for h in row.holders
         ],
     }
+
+
+def cpu_device_json(device: JobDevice, holder: dict[str, Any]) -> dict[str, Any]:
+    """A CPU device of a JAX job, with the keys of ``row_json`` (what a CPU has not: null)."""
+    info, memory = device.info, device.memory
+    used = memory.bytes_in_use if memory.bytes_in_use is not None else memory.live_array_bytes
+    unknown = ("chip", "uuid", "pci_bus_id", "device_path", "numa_node", "memory_total_bytes",
+               "utilization_ratio", "duty_cycle_ratio", "memory_bandwidth_utilization_ratio",
+               "power_watts", "temperature_celsius", "runtime_address")  # fmt: skip
+    return {
+        **dict.fromkeys(unknown),
+        "device": info.id, "platform": info.platform, "device_kind": info.device_kind,
+        "source": "jax", "coords": [], "memory_used_bytes": used, "processes": [holder],
+    }  # fmt: skip
 
 
 def render_json(rows: Sequence[Row]) -> str:

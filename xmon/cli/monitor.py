@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -18,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from xmon.cli import flags
 from xmon.model import Snapshot
-from xmon.monitor_report import GROUPS, ReportOptions, build_report
+from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches
 
 PROG = "xmon monitor"
 RETRY_SECONDS = 1.0
@@ -41,10 +41,14 @@ class MonitorSettings:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-c",
-        "--config-file",
+        "--config",
+        dest="config_file",
         type=Path,
+        metavar="FILE",
         help="JSON or TOML file with period, groups and jobs (flags win)",
     )
+    # The old spelling, kept working for scripts; --config is the one every command takes.
+    parser.add_argument("--config-file", dest="config_file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
         "--period",
         help="seconds between reports, e.g. 5 or 5s or 500ms "
@@ -61,9 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only jobs whose name matches this glob, or this pid (repeatable)",
     )
     parser.add_argument("--once", action="store_true", help="print one report and exit")
-    parser.add_argument(
-        "--socket", type=Path, help="daemon socket (default: $XMON_SOCKET or the standard location)"
-    )
+    flags.add_socket(parser)
 
 
 def parse_duration(value: object, where: str) -> float:
@@ -188,11 +190,30 @@ def snapshots(socket_path: Path | None, once: bool, err: TextIO) -> Iterator[Sna
         time.sleep(RETRY_SECONDS)
 
 
+class NoMatchingJob(LookupError):
+    """``--once --job X`` where no attached job is X: an error, as in ``xmon programs``."""
+
+
+def unmatched(snapshot: Snapshot, patterns: tuple[str, ...]) -> str | None:
+    """Why ``--job`` selects nothing in this snapshot, or None when it selects a job."""
+    if not patterns or any(job_matches(j, patterns) for j in snapshot.jobs):
+        return None
+    attached = ", ".join(f"{j.job_name} (pid {j.pid})" for j in snapshot.jobs) or "none"
+    return f"no attached job matches --job {' '.join(patterns)}; attached: {attached}"
+
+
 def run(settings: MonitorSettings, once: bool, socket_path: Path | None, out: TextIO) -> None:
     gate = PeriodGate(settings.period)
+    warned = False
     for snapshot in snapshots(socket_path, once, sys.stderr):
         if not gate.due(snapshot):
             continue
+        problem = unmatched(snapshot, settings.options.jobs)
+        if problem and once:
+            raise NoMatchingJob(problem)
+        if problem and not warned:  # a stream waits for the job: say so once, keep reporting
+            print(f"{PROG}: {problem}; reports list no jobs until one does", file=sys.stderr)
+        warned = problem is not None
         report = build_report(snapshot, gate.last, settings.options)
         gate.last = snapshot
         out.write(json.dumps(report, separators=(",", ":"), allow_nan=False) + "\n")
@@ -210,11 +231,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     try:
-        run(settings, args.once, args.socket, sys.stdout)
-    except DaemonUnavailable as exc:
+        run(settings, args.once, Path(args.socket) if args.socket else None, sys.stdout)
+    except (DaemonUnavailable, NoMatchingJob) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # the reader went away (`xmon monitor | head -1`): not an error
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
     return 0

@@ -9,11 +9,17 @@ import json
 import sys
 from pathlib import Path
 
+from xmon import units
 from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
+from xmon.cli import flags
 
 COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS", "LOOPS", "BYTES",
            "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S",
            "DEV/EXEC")  # fmt: skip
+# The default table fits 120 columns; --wide shows every column.
+NARROW = ("JOB", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES", "FLOP/B", "BOUND", "TEMP", "EXEC/S",
+          "DEV/EXEC")  # fmt: skip
+CUT = {"JOB": 12, "PROGRAM": 24}  # longer names end in "…" in the narrow table
 LOWER_BOUND = "≥"  # marks FLOPs of a program with a loop of unknown trip count
 
 
@@ -29,10 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=0, help="show at most N programs")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument(
+        "--wide", action="store_true",
+        help="every column (pid, XLA's FLOPs, loops, ridge point, argument/output/code bytes, "
+        "compile time, executions); the default table fits 120 columns",
+    )  # fmt: skip
+    parser.add_argument(
         "--hlo", metavar="FINGERPRINT",
         help="print the optimized HLO text of the program (a unique prefix is enough)",
     )  # fmt: skip
-    parser.add_argument("--socket", help="daemon socket (default: $XMON_SOCKET or standard)")
+    flags.add_socket(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     elif not selected:
         print("no compiled programs yet" if jobs else "no job is attached to the daemon")
     else:
-        print(render_table(selected))
+        print(render_table(selected, wide=args.wide))
         print(flops_note(selected))
         print(executions_note(selected))
     return 0
@@ -95,21 +106,11 @@ def _fail(message: str) -> int:
 
 
 def si(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{unit}"
-    return f"{value:.3g}"
+    return "-" if value is None else units.si(value)
 
 
 def binary(value: float | None) -> str:
-    if value is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{unit}"
-    return f"{value:.0f}B"
+    return "-" if value is None else units.iec_bytes(value)
 
 
 def seconds(value: float | None) -> str:
@@ -142,9 +143,20 @@ def _cells(r: ProgramRow) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def render_table(items: list[ProgramRow]) -> str:
-    table = [COLUMNS, *(_cells(r) for r in items)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+def _pick(cells: tuple[str, ...], names: tuple[str, ...], cut: bool) -> tuple[str, ...]:
+    """The cells of the columns ``names``; with ``cut``, long names shortened with "…"."""
+    picked = []
+    for name in names:
+        cell = cells[COLUMNS.index(name)]
+        limit = CUT.get(name) if cut else None
+        picked.append(cell[: limit - 1] + "…" if limit and len(cell) > limit else cell)
+    return tuple(picked)
+
+
+def render_table(items: list[ProgramRow], wide: bool = False) -> str:
+    names = COLUMNS if wide else NARROW
+    table = [names, *(_pick(_cells(r), names, cut=not wide) for r in items)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(names))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
              for row in table]  # fmt: skip
     return "\n".join(lines)

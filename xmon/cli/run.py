@@ -8,15 +8,15 @@ import shutil
 import sys
 from pathlib import Path
 
+from xmon.cli import flags
+
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "_bootstrap"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--job-name", help="name shown for this job (default: script name)")
+    flags.add_job(parser, "name shown for this job (default: the script's name)")
     parser.add_argument("--period", type=float, help="agent report period in seconds")
-    parser.add_argument(
-        "--socket", help="daemon socket (default: $XMON_SOCKET or the standard one)"
-    )
+    flags.add_socket(parser)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after --")
 
 
@@ -25,8 +25,8 @@ def agent_environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str
     env["XMON_AUTOATTACH"] = "1"
     python_path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + python_path if python_path else "")
-    if args.job_name:
-        env["XMON_JOB_NAME"] = args.job_name
+    if args.job:
+        env["XMON_JOB_NAME"] = args.job
     if args.period:
         env["XMON_PERIOD"] = str(args.period)
     if args.socket:

@@ -10,13 +10,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from xmon.cli import flags
+
 PROG = "xmon top"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--socket", type=Path, help="daemon socket (default: $XMON_SOCKET or the standard location)"
-    )
+    flags.add_socket(parser)
     parser.add_argument(
         "--refresh",
         type=float,
@@ -51,4 +51,4 @@ def main(args: argparse.Namespace) -> int:
         return 2
     from xmon.top.app import run_top
 
-    return run_top(args.socket, args.refresh, args.trace_seconds)
+    return run_top(Path(args.socket) if args.socket else None, args.refresh, args.trace_seconds)

@@ -12,6 +12,8 @@ from rich.measure import Measurement
 from rich.style import Style
 from rich.text import Text
 
+from xmon import units
+
 NA_TEXT = "n/a"
 UNDECLARED_TEXT = "—"  # MFU of a job that declares no model FLOPs: undefined, not unknown
 INFERRED_MARK = "~"  # step numbers inferred from the dominant repeated program (no markers)
@@ -21,15 +23,8 @@ _SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def human_bytes(value: float | None) -> str:
-    """Binary units, 3 significant digits: ``1.5G``, ``512M``, ``40K``."""
-    if value is None:
-        return NA_TEXT
-    size = float(value)
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if abs(size) < 1024 or unit == "P":
-            return f"{size:.0f}{unit}" if unit == "B" or abs(size) >= 100 else f"{size:.3g}{unit}"
-        size /= 1024
-    return NA_TEXT  # unreachable; keeps the type checker content
+    """IEC units, as ``xmon programs`` and ``xmon ls`` write them: ``1.5GiB``, ``512MiB``."""
+    return NA_TEXT if value is None else units.iec_bytes(value)
 
 
 def percent(ratio: float | None, digits: int = 0) -> str:
@@ -65,14 +60,8 @@ def rate(value: float | None) -> str:
 
 
 def si(value: float | None, unit: str = "") -> str:
-    """Decimal prefixes for FLOPs and bytes per second: ``1.2T``, ``350G``."""
-    if value is None:
-        return NA_TEXT
-    for prefix in ("", "k", "M", "G", "T", "P", "E"):
-        if abs(value) < 1000 or prefix == "E":
-            return f"{value:.3g}{prefix}{unit}"
-        value /= 1000
-    return NA_TEXT
+    """Decimal prefixes for counts and rates (FLOPs, FLOP/s, bytes/s): ``1.2T``, ``350G``."""
+    return NA_TEXT if value is None else units.si(value, unit)
 
 
 def watts(value: float | None) -> str:

@@ -162,7 +162,7 @@ PROGRAM_COLUMNS = (
     Column("DEV", lambda i: str(i.program.num_devices)),
     Column("FLOPS", lambda i: fmt.marked(fmt.si(i.program.flops), fmt.LOWER_BOUND_MARK,
                                          i.program.flops_lower_bound), _p(lambda p: p.flops)),
-    Column("BYTES", lambda i: fmt.si(i.program.bytes_accessed, "B"),
+    Column("BYTES", lambda i: fmt.human_bytes(i.program.bytes_accessed),
            _p(lambda p: p.bytes_accessed)),
     Column("FLOP/B", lambda i: fmt.rate(_intensity(i)), _intensity),
     Column("ARGS", lambda i: fmt.human_bytes(i.program.argument_bytes)),
@@ -177,7 +177,8 @@ PROGRAM_COLUMNS = (
     Column("EXEC/S", lambda i: fmt.rate(i.program.executions_per_second),
            _p(lambda p: p.executions_per_second)),
     Column("CACHE", lambda i: "hit" if i.program.cache_hit else "", numeric=False),
-    Column("AGE", lambda i: _age(i.program.compiled_at), _p(lambda p: p.compiled_at)),
+    # AGE sorts by age (newer is younger), so "AGE descending" lists the oldest first.
+    Column("AGE", lambda i: _age(i.program.compiled_at), _p(lambda p: _minus(p.compiled_at))),
 )  # fmt: skip
 
 
@@ -206,7 +207,7 @@ class CompileItem:
 
 
 COMPILE_COLUMNS = (
-    Column("AGE", lambda i: _age(i.event.wall_time), lambda i: i.event.wall_time),
+    Column("AGE", lambda i: _age(i.event.wall_time), lambda i: -i.event.wall_time),
     Column("JOB", lambda i: i.job.job_name, lambda i: i.job.job_name.lower(), numeric=False),
     Column("FUNCTION", lambda i: i.event.fun_name, lambda i: i.event.fun_name, numeric=False),
     Column("DURATION", lambda i: fmt.seconds(i.event.duration_seconds),
@@ -216,9 +217,15 @@ COMPILE_COLUMNS = (
 
 
 def compiles_table(**kwargs: Any) -> SortableTable:
+    """Youngest first by default: "sorted by AGE ascending"."""
+    kwargs.setdefault("reverse", False)
     return SortableTable(
         COMPILE_COLUMNS, lambda i: f"{i.job.pid}:{i.index}:{i.event.wall_time}", "AGE", **kwargs
     )
+
+
+def _minus(value: float | None) -> float | None:
+    return None if value is None else -value
 
 
 def compile_items(jobs: Sequence[Job]) -> list[CompileItem]:
