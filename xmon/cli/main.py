@@ -6,9 +6,9 @@ Imports stay inside the subcommands so ``xmon daemon`` and the views never impor
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -92,21 +92,36 @@ def main(argv: Sequence[str] | None = None) -> int | str | None:
 
 def _dispatch(argv: list[str]) -> int:
     parser, handlers = build_parser(only=_command(argv))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unrecognized(parser, args.command, unknown)
     if args.command is None:
         parser.print_help()
         return 2
     return handlers[args.command](args)
 
 
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, unknown: list[str]) -> None:
+    """Usage error from the subcommand's own parser (its usage, not the top level's), with the
+    nearest option it has: ``xmon daemon --perod 1`` suggests ``--period``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            parser = action.choices[command]
+    options = [o for a in parser._actions for o in a.option_strings if a.help != argparse.SUPPRESS]
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    flag = next((u.split("=")[0] for u in unknown if u.startswith("-")), None)
+    close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6) if flag else []
+    parser.error(message + (f" (did you mean {close[0]}?)" if close else ""))
+
+
 def _reader_gone() -> int:
-    """``xmon programs | head -3``: the reader closed the pipe. End quietly, as tools killed by
-    SIGPIPE do, with their status; stdout goes to /dev/null so the interpreter's own flush at
-    exit cannot raise again."""
+    """``xmon programs | head -3``: the reader closed the pipe, which is how it says it has read
+    enough. End quietly and with 0 (so ``set -o pipefail`` scripts go on); stdout goes to
+    /dev/null so the interpreter's own flush at exit cannot raise again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return 128 + signal.SIGPIPE
+    return 0
 
 
 if __name__ == "__main__":
