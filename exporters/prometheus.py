@@ -34,6 +34,7 @@ from xmon.model import Snapshot
 
 from .prometheus_families import DEFAULT_PROGRAM_LIMIT, bootstrap_families, snapshot_families
 from .prometheus_render import BackgroundRenderer, Rendered, ScrapeRhythm
+from .self_metrics import SelfMetrics
 
 __all__ = [
     "CONTENT_TYPE",
@@ -92,8 +93,9 @@ class MetricsEndpoint:
         self.program_limit = program_limit
         self._clock = clock
         # For embedding (e.g. prometheus_client.write_to_textfile(path, endpoint.registry)).
-        # Private, so no process_*/python_* metrics of the daemon itself.
+        # Private, so no python_*/GC metrics; the daemon's process_* come with every scrape.
         self.collector = SnapshotCollector(program_limit)
+        self.self_metrics = SelfMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self._rendered = self._new_rendered(None)
@@ -113,7 +115,8 @@ class MetricsEndpoint:
         # Each snapshot gets its own collector, so a render in flight for an older one can
         # never mix two snapshots.
         collector = SnapshotCollector(self.program_limit, snapshot)
-        return Rendered(lambda: generate_latest(collector), fresh)
+        own = self.self_metrics
+        return Rendered(lambda: generate_latest(collector) + own.render(), fresh)
 
     def update(self, snapshot: Snapshot, fresh: bool = True) -> None:
         """Publish ``snapshot``. Rendered now in the background if a scrape is due before the

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -466,8 +467,23 @@ def test_dead_job_series_disappear() -> None:
 def test_before_the_first_snapshot_only_self_metrics() -> None:
     text = MetricsEndpoint().body().decode()
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert names == {"xmon_build_info", "xmon_up"}
+    assert {n for n in names if not n.startswith("process_")} == {"xmon_build_info", "xmon_up"}
     assert "xmon_up 0.0" in text
+
+
+def test_the_daemon_exports_its_own_process_metrics() -> None:
+    """What node_exporter and dcgm-exporter users expect of any exporter: its own CPU, RSS,
+    file descriptors and start time, from /proc."""
+    text = MetricsEndpoint().body().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds",
+                 "process_start_time_seconds", "process_max_fds"):  # fmt: skip
+        assert name in families, sorted(families)
+    (rss,) = families["process_resident_memory_bytes"].samples
+    assert 1e6 < rss.value < 4e9
+    (started,) = families["process_start_time_seconds"].samples
+    assert abs(started.value - psutil.Process().create_time()) < 2
+    assert not any(n.startswith("python_") for n in families)
 
 
 def test_endpoint_renders_once_per_update() -> None:
@@ -598,8 +614,9 @@ def test_start_and_stop_twice() -> None:
 def golden_text() -> str:
     endpoint = MetricsEndpoint(program_limit=3)
     endpoint.update(snapshot((train_job(n_programs=5), eval_job())))
-    # the daemon's Python version is the one machine-dependent value
-    return re.sub(r'python_version="[^"]*"', 'python_version="X"', endpoint.body().decode())
+    # the daemon's Python version and its own process_* series are machine-dependent
+    text = re.sub(r'python_version="[^"]*"', 'python_version="X"', endpoint.body().decode())
+    return re.sub(r"^(# (HELP|TYPE) )?process_.*\n", "", text, flags=re.M)
 
 
 def test_golden_exposition() -> None:
