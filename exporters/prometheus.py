@@ -14,16 +14,13 @@ grow with the number of series.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import socket
-import socketserver
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client.core import Metric
 from prometheus_client.exposition import generate_latest
@@ -33,6 +30,7 @@ import xmon
 from xmon.model import Snapshot
 
 from .prometheus_families import DEFAULT_PROGRAM_LIMIT, bootstrap_families, snapshot_families
+from .prometheus_http import HttpServer, Response, listen_socket
 from .prometheus_render import BackgroundRenderer, Rendered, ScrapeRhythm
 from .self_metrics import SelfMetrics
 
@@ -89,8 +87,10 @@ class MetricsEndpoint:
         self,
         program_limit: int = DEFAULT_PROGRAM_LIMIT,
         clock: Callable[[], float] = time.monotonic,
+        max_connections: int = 512,
     ) -> None:
         self.program_limit = program_limit
+        self.max_connections = max_connections
         self._clock = clock
         # For embedding (e.g. prometheus_client.write_to_textfile(path, endpoint.registry)).
         # Private, so no python_*/GC metrics; the daemon's process_* come with every scrape.
@@ -108,8 +108,7 @@ class MetricsEndpoint:
         self._wants_gzip = False
         self._last_update: float | None = None
         self._period = 1.0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: HttpServer | None = None
 
     def _new_rendered(self, snapshot: Snapshot | None, fresh: bool = True) -> Rendered:
         # Each snapshot gets its own collector, so a render in flight for an older one can
@@ -184,18 +183,24 @@ class MetricsEndpoint:
         Returns the bound address. Raises MetricsServerError when it cannot listen."""
         if self._server is not None:
             raise MetricsServerError("the metrics server is already running")
-        self._server = _bind(host, port, self)
-        self._thread = threading.Thread(
-            target=_serve_until_closed, args=(self._server,), name="xmon-metrics-http", daemon=True
-        )
-        self._thread.start()
+        try:
+            sock = listen_socket(host, port)
+        except OSError as e:
+            raise MetricsServerError(_bind_error(host, port, e)) from e
+        self._server = HttpServer(sock, self.respond, self.max_connections)
+        self._server.start()
         return self.address
+
+    @property
+    def refused(self) -> Counter[str]:
+        """Connections the HTTP server closed at its bounds (by bound name)."""
+        return self._server.refused if self._server is not None else Counter()
 
     @property
     def address(self) -> tuple[str, int]:
         if self._server is None:
             raise MetricsServerError("the metrics server is not running")
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return str(host), int(port)
 
     @property
@@ -204,56 +209,36 @@ class MetricsEndpoint:
 
     def stop(self) -> None:
         self._renderer.close()
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
+        server, self._server = self._server, None
         if server is not None:
-            server.closing = True
-            with contextlib.suppress(OSError):  # wakes the accept loop at once
-                server.socket.shutdown(socket.SHUT_RDWR)
-        if thread is not None:
-            thread.join()
-        if server is not None:
-            server.server_close()
+            server.stop()
+
+    def respond(self, method: str, path: str, headers: dict[str, str]) -> Response:
+        """The answer to one HTTP request (called from the server's worker threads)."""
+        if method not in ("GET", "HEAD"):
+            # read-only by design: every other method is "not allowed" (not "not implemented")
+            return 405, b"method not allowed\n", _TEXT, {"Allow": "GET, HEAD"}
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            return self._metrics(headers.get("accept-encoding"))
+        if path == "/":
+            return 200, _LANDING, "text/html; charset=utf-8", {}
+        if path == "/-/healthy":
+            return 200, b"OK", _TEXT, {}
+        return 404, b"not found\n", _TEXT, {}
+
+    def _metrics(self, accept_encoding: str | None) -> Response:
+        gz = _accepts_gzip(accept_encoding)
+        try:
+            body = self.body(accept_gzip=gz)
+        except Exception:  # a bug in rendering: fail this scrape (Prometheus' up = 0), keep serving
+            log.exception("rendering /metrics failed")
+            return 500, b"rendering metrics failed\n", _TEXT, {}
+        headers = {"Vary": "Accept-Encoding"} | ({"Content-Encoding": "gzip"} if gz else {})
+        return 200, body, CONTENT_TYPE, headers
 
 
 # --- HTTP ------------------------------------------------------------------------------------
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    timeout = None  # handle_request() blocks until a connection comes or the socket shuts down
-
-    def __init__(self, address: tuple[str, int], endpoint: MetricsEndpoint) -> None:
-        self.endpoint = endpoint
-        self.closing = False
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer's own asks DNS for the host's full name (socket.getfqdn), which stalls
-        # start-up on a host with slow reverse DNS, for a name only CGI scripts would use.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-
-
-def _serve_until_closed(server: _Server) -> None:
-    """Accept until ``stop()``. Unlike ``serve_forever`` this does not wake to poll a flag
-    (4 wakeups a second at its 0.25 s interval, a daemon's whole idle cost): ``stop()`` shuts
-    the listening socket down, which wakes the blocked accept."""
-    while not server.closing:
-        server.handle_request()
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-def _bind(host: str, port: int, endpoint: MetricsEndpoint) -> _Server:
-    server_class = _Server6 if ":" in host else _Server
-    try:
-        return server_class((host, port), endpoint)
-    except OSError as e:
-        raise MetricsServerError(_bind_error(host, port, e)) from e
 
 
 def _bind_error(host: str, port: int, error: OSError) -> str:
@@ -277,68 +262,3 @@ def _accepts_gzip(header: str | None) -> bool:
         if coding.strip().lower() == "gzip":
             return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
     return False
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "xmon"
-    timeout = 10  # a stalled client must not hold a thread forever
-
-    def do_GET(self) -> None:
-        self._route(head=False)
-
-    def do_HEAD(self) -> None:
-        self._route(head=True)
-
-    def __getattr__(self, name: str) -> Callable[[], None]:
-        # The base class answers unknown methods with 501 "not implemented"; this endpoint is
-        # read-only by design, so every method other than GET and HEAD is "not allowed".
-        if name.startswith("do_"):
-            return self._not_allowed
-        raise AttributeError(name)
-
-    def _not_allowed(self) -> None:
-        self.close_connection = True  # the request body, if any, is never read
-        self._send(405, b"method not allowed\n", _TEXT, headers={"Allow": "GET, HEAD"})
-
-    def _route(self, head: bool) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._metrics(head)
-        elif path == "/":
-            self._send(200, _LANDING, "text/html; charset=utf-8", head)
-        elif path == "/-/healthy":
-            self._send(200, b"OK", _TEXT, head)
-        else:
-            self._send(404, b"not found\n", _TEXT, head)
-
-    def _metrics(self, head: bool) -> None:
-        gz = _accepts_gzip(self.headers.get("Accept-Encoding"))
-        try:
-            body = self.server.endpoint.body(accept_gzip=gz)
-        except Exception:  # a bug in rendering: fail this scrape (Prometheus' up = 0), keep serving
-            log.exception("rendering /metrics failed")
-            self._send(500, b"rendering metrics failed\n", _TEXT, head)
-            return
-        headers = {"Vary": "Accept-Encoding"} | ({"Content-Encoding": "gzip"} if gz else {})
-        self._send(200, body, CONTENT_TYPE, head, headers)
-
-    def _send(
-        self,
-        status: int,
-        body: bytes,
-        content_type: str,
-        head: bool = False,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)  # no stderr line per scrape

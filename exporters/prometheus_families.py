@@ -20,7 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from xmon.metrics import LABEL_VALUE_MAX, METRICS, SPEC_BY_NAME, MetricSpec
+from xmon.metrics import LABEL_VALUE_MAX, METRICS, REFUSAL_BOUNDS, SPEC_BY_NAME, MetricSpec
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
 
 from .prometheus_execution import add_ledger_series, add_step_series
@@ -164,6 +164,8 @@ def _daemon(b: FamilyBuilder, s: Snapshot) -> None:
     b.add("xmon_daemon_config_reloads_total", (), d.config_reloads_total)
     b.add("xmon_daemon_config_reload_failures_total", (), d.config_reload_failures_total)
     b.add("xmon_daemon_config_last_reload_successful", (), d.config_last_reload_successful)
+    for bound in REFUSAL_BOUNDS:
+        b.add("xmon_daemon_refused_total", (bound,), d.refused_total.get(bound, 0))
     for c in s.collectors:
         b.add("xmon_collector_up", (c.name,), c.up)
         b.add("xmon_collector_errors_total", (c.name,), c.errors_total)

@@ -32,6 +32,11 @@ log = logging.getLogger("xmon.exporters.tensorboard")
 NAME = "tensorboard"
 RETRY_SECONDS = 30.0
 FILE_SUFFIX = ".xmon"
+# Bytes of event files one job keeps: its open file is rotated at half of this and the job's
+# older rotated file deleted, so a job announcing thousands of devices cannot fill the disk
+# (retention never deletes an open file). 0: no bound.
+JOB_MAX_BYTES = 64 * 1024 * 1024
+RECORD_FRAMING = 16  # length, its CRC and the data's CRC around each event
 
 
 def _hardware_scalars(job: Job, devices: tuple[Device, ...]) -> list[tuple[str, float | None]]:
@@ -135,8 +140,13 @@ class TensorBoardExporter:
         retention_every_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        job_max_bytes: int = JOB_MAX_BYTES,
     ) -> None:
         self.logdir = logdir
+        self._job_max_bytes = job_max_bytes
+        self._written: dict[tuple[str, int], int] = {}  # bytes in each job's open file
+        self._rotated: dict[tuple[str, int], Path] = {}  # each job's previous file
+        self.rotations_total = 0  # event files deleted at a job's bytes bound
         self._interval = interval_seconds
         self._flush_every = flush_seconds
         self._retention = (max_bytes, max_age_seconds, retention_every_seconds)
@@ -207,13 +217,34 @@ class TensorBoardExporter:
         for key in [k for k in self._writers if k not in live]:
             self._close(key)  # the job has gone: its file is complete
         self._origins = {k: v for k, v in self._origins.items() if k in live}
+        self._written = {k: v for k, v in self._written.items() if k in live}
+        self._rotated = {k: v for k, v in self._rotated.items() if k in live}
         for job in snapshot.jobs:
             scalars = job_scalars(job, snapshot.devices)
             if not scalars:
                 continue
             writer = self._writer(job)
-            writer.add_event(scalar_event(snapshot.wall_time, self._step(job, snapshot),
-                                          scalars))  # fmt: skip
+            event = scalar_event(snapshot.wall_time, self._step(job, snapshot), scalars)
+            writer.add_event(event)
+            self._bound_job((job.job_name, job.pid), writer, event.ByteSize() + RECORD_FRAMING)
+
+    def _bound_job(self, key: tuple[str, int], writer: tb_events.EventFile, size: int) -> None:
+        """Rotate the job's file at half its bytes bound; delete the file rotated before."""
+        written = self._written[key] = self._written.get(key, 0) + size
+        if not self._job_max_bytes or written < self._job_max_bytes // 2:
+            return
+        self._close(key)
+        self._written[key] = 0
+        previous, self._rotated[key] = self._rotated.get(key), writer.path
+        if previous is not None:
+            run_fd = tb_logdir.open_run_dir(self.logdir, previous.parent.name)
+            try:
+                os.unlink(previous.name, dir_fd=run_fd)  # never through a link
+            except FileNotFoundError:
+                pass  # retention took it already
+            finally:
+                os.close(run_fd)
+            self.rotations_total += 1
 
     def _step(self, job: Job, snapshot: Snapshot) -> int:
         key = (job.job_name, job.pid)

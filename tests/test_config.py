@@ -189,10 +189,11 @@ BAD = [
      'config {path}: socket_path must be a non-empty string, got ""'),
     ("file-unknown-key", "perod_seconds = 1", {}, {},
      'config {path}: unknown key "perod_seconds"; valid keys: agent_timeout_seconds, '
-     "collectors, host, listen_host, listen_port, log_level, logdir, max_agents, "
-     "max_message_bytes, peaks, "
-     "period_seconds, procfs_root, profiling, program_series_limit, socket_path, sysfs_root, "
-     "tpu_full_poll_seconds, tpu_metrics_addresses"),
+     "collectors, hello_timeout_seconds, host, listen_host, listen_port, log_level, logdir, "
+     "max_agents, max_connections, max_devices_per_job, max_job_bytes, max_message_bytes, "
+     "max_programs_per_job, max_state_bytes, max_subscribers, metrics_max_connections, peaks, "
+     "period_seconds, procfs_root, profiling, program_series_limit, socket_path, "
+     "subscriber_stall_seconds, sysfs_root, tpu_full_poll_seconds, tpu_metrics_addresses"),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},
      'config {path}: collectors.host must be true or false, got "yes"'),
     ("file-collectors-not-table", "collectors = 1", {}, {},

@@ -21,6 +21,7 @@ from xmon.proto import xmon_pb2, xmon_pb2_grpc
 Reply = TypeVar("Reply")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
 UINT32_MAX = 2**32 - 1  # duration_ms is a uint32 on the wire
 
 
@@ -192,4 +193,9 @@ class DaemonClient:
 
 
 def decode(message: xmon_pb2.SnapshotMessage) -> Snapshot:
-    return snapshot_from_dict(json.loads(message.json))
+    """A snapshot from the daemon: JSON, gzip-compressed when large (the daemon compresses
+    snapshots of a quarter MiB and more, so that thousands of programs still fit a message)."""
+    payload = message.json
+    if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
+        payload = gzip.decompress(payload)
+    return snapshot_from_dict(json.loads(payload))

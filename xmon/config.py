@@ -49,6 +49,16 @@ class DaemonConfig:
     log_level: str = "info"
     agent_timeout_seconds: float = 10.0  # an agent silent this long is dropped
     max_agents: int = 1024  # agent streams at once; more are refused (bounds the job series)
+    # Bounds against a flood or a buggy client (xmon.daemon.bounds; docs/reliability.md)
+    max_devices_per_job: int = 1024
+    max_programs_per_job: int = 4096
+    max_job_bytes: int = 16 * 1024 * 1024  # estimated state kept per job
+    max_state_bytes: int = 128 * 1024 * 1024  # ... over all jobs
+    max_connections: int = 4096  # open streams and connections on the socket
+    max_subscribers: int = 64  # views streaming snapshots
+    hello_timeout_seconds: float = 5.0  # a stream that sends no hello this long is closed
+    subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
+    metrics_max_connections: int = 512  # open /metrics connections
     # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
     tpu_metrics_addresses: tuple[str, ...] = ()
     # Seconds between full polls of a libtpu service (HBM capacity, latency distributions,
@@ -250,6 +260,15 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "max_message_bytes": _int_in(1024, 2**31 - 1),  # gRPC sizes are int32
     "agent_timeout_seconds": _number_in(0.1, 86_400),
     "max_agents": _int_in(1, 1_000_000),
+    "max_devices_per_job": _int_in(1, 1_000_000),
+    "max_programs_per_job": _int_in(1, 1_000_000),
+    "max_job_bytes": _int_in(1 << 20, 2**40),
+    "max_state_bytes": _int_in(1 << 20, 2**44),
+    "max_connections": _int_in(8, 1_000_000),
+    "max_subscribers": _int_in(1, 100_000),
+    "hello_timeout_seconds": _number_in(0.1, 3600),
+    "subscriber_stall_seconds": _number_in(0.1, 3600),
+    "metrics_max_connections": _int_in(4, 100_000),
     "collectors": _collectors,
     "host": _host,
     "peaks": _peaks,

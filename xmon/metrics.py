@@ -22,6 +22,23 @@ COLLECTOR = ("collector",)
 RUNTIME = ("source", "address")  # an accelerator runtime's metrics service (libtpu's)
 RUNTIME_POINT = (*RUNTIME, "metric", "device", "attributes")
 
+# The daemon's bounds against a flood or a buggy client: the bound label of
+# xmon_daemon_refused_total (docs/reliability.md says what each protects).
+REFUSAL_BOUNDS = (
+    "devices",  # devices (or their memory samples) past max_devices_per_job
+    "programs",  # programs past max_programs_per_job
+    "memory_stats",  # memory stats past 64 per device sample, or keys over 128 characters
+    "job_bytes",  # new devices or programs that would pass max_job_bytes
+    "state_bytes",  # ... that would pass max_state_bytes over all jobs
+    "connections",  # streams past max_connections
+    "hello_timeout",  # streams that sent no hello within hello_timeout_seconds
+    "subscribers",  # views past max_subscribers, or cut off after subscriber_stall_seconds
+    "snapshot_programs",  # programs left out of a view's snapshot so that it fits a message
+    "ledger_bytes",  # execution samples dropped while 64 MiB of samples were being read
+    "metrics_connections",  # /metrics connections closed past metrics_max_connections
+    "metrics_timeouts",  # /metrics connections closed for sending no request in time
+    "tensorboard_bytes",  # TensorBoard event files rotated away at a job's bytes budget
+)
 LABEL_VALUE_MAX = 128  # label values from clients (job names, program names) are cut to this
 OTHER_PROGRAM = "_other"  # program label of the series that folds programs past the limit
 
@@ -402,6 +419,9 @@ _DAEMON_METRICS = (
     _g("xmon_daemon_config_last_reload_successful",
        "1 if the last configuration reload succeeded (or none was attempted).",
        (), "", "Snapshot.daemon.config_last_reload_successful"),
+    _c("xmon_daemon_refused_total", "What one of the daemon's resource bounds refused or "
+       "dropped (a flood or a buggy client): bound names the limit (docs/reliability.md).",
+       ("bound",), "", "Snapshot.daemon.refused_total"),
     _g("xmon_collector_up", "1 if the collector's last run succeeded.",
        COLLECTOR, "", "Snapshot.collectors[].up"),
     _c("xmon_collector_errors_total", "Failed runs of the collector.",

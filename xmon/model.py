@@ -442,6 +442,8 @@ class DaemonStats:
     config_reloads_total: int = 0  # SIGHUP reloads that took effect
     config_reload_failures_total: int = 0  # reloads refused (the running config was kept)
     config_last_reload_successful: bool = True
+    # what each of the daemon's resource bounds refused or dropped (xmon.metrics.REFUSAL_BOUNDS)
+    refused_total: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

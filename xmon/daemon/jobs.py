@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from xmon import derived
+from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, StateBudget
 from xmon.execution import rates
 from xmon.execution.ledger import JobLedger, LedgerRates
 from xmon.model import (
@@ -38,7 +39,6 @@ from xmon.wire import fields_of, optional_field_names
 STEP_WINDOW = 256  # step durations kept for percentiles
 THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
 RECENT_COMPILES = 32
-MAX_PROGRAMS_PER_JOB = 4096
 MAX_PROGRAM_IDS = 64  # module ids kept per program (agents send at most 16)
 MAX_LABEL_CHARS = 128
 
@@ -54,6 +54,11 @@ def clean_label(value: str) -> str:
     """Client-supplied names become label values and paths: bound them, drop control chars."""
     cleaned = "".join(ch if ch.isprintable() else "?" for ch in value)
     return cleaned[:MAX_LABEL_CHARS] or "unnamed"
+
+
+def _clean_text(value: str) -> str:
+    """``clean_label`` for a field where empty means unknown (kept empty)."""
+    return clean_label(value) if value else ""
 
 
 @dataclass
@@ -72,14 +77,54 @@ class JobState:
     steps_changed_monotonic: float = 0.0
     platform: str = ""
     ledger: JobLedger = field(default_factory=JobLedger)
+    budget: StateBudget = field(default_factory=StateBudget)  # shared by the daemon's jobs
+    held_bytes: int = 0  # estimated bytes this job's state holds (see xmon.daemon.bounds)
     _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Agents announce their devices once per stream (in the hello, or in the first report
         # after the job initialised its backend), not in every report.
-        for info in self.hello.devices:
-            self.devices[info.id] = device_info_from_proto(info)
-        self.platform = self.hello.platform
+        self._add_devices(self.hello.devices)
+        self.platform = _clean_text(self.hello.platform)
+        _ = self.identity  # cleaned once, before the hello is cut to what is read later
+        self.hello = _slim_hello(self.hello)
+        self._account(JOB_BASE_BYTES + self.hello.ByteSize())
+
+    def release(self) -> None:
+        """The job has gone: its bytes no longer count against the daemon's total."""
+        self.budget.in_use -= self.held_bytes
+        self.held_bytes = 0
+
+    def _account(self, added: int) -> None:
+        self.held_bytes += added
+        self.budget.in_use += added
+
+    def _add_devices(self, devices: Iterable[xmon_pb2.DeviceInfo]) -> None:
+        limit = self.budget.limits.devices_per_job
+        for info in devices:
+            if info.id in self.devices:
+                continue
+            if len(self.devices) >= limit:
+                self.budget.refuse("devices")
+            elif self.budget.room(self.held_bytes) < DEVICE_BYTES:
+                self.budget.refuse(self.budget.bound_hit(self.held_bytes))
+            else:
+                self.devices[info.id] = device_info_from_proto(info)
+                self._account(DEVICE_BYTES)
+
+    def _add_programs(self, programs: Iterable[xmon_pb2.ProgramInfo]) -> None:
+        limit = self.budget.limits.programs_per_job
+        for program in programs:
+            known = program.fingerprint in self.programs
+            if not known and len(self.programs) >= limit:
+                self.budget.refuse("programs")
+            elif not known and self.budget.room(self.held_bytes) < PROGRAM_BYTES:
+                self.budget.refuse(self.budget.bound_hit(self.held_bytes))
+            else:
+                self.programs[program.fingerprint] = program_from_proto(program)
+                self._programs_sorted = None
+                if not known:
+                    self._account(PROGRAM_BYTES)
 
     @property
     def pid(self) -> int:
@@ -114,20 +159,24 @@ class JobState:
 
     def apply(self, report: xmon_pb2.AgentReport, now_wall: float, now_monotonic: float) -> None:
         previous_steps = self.report.steps.steps_total if self.report is not None else 0
-        self.report = report
+        # Only the parts read later are kept, without unknown fields: the message itself (up to
+        # max_message_bytes, padding included) is let go as soon as this returns.
+        slim = _slim_report(report, self.budget)
+        kept_before = self.report.ByteSize() if self.report is not None else 0
+        self.report = slim
+        self._account(slim.ByteSize() - kept_before)
         self.last_report_at = now_wall
         self.last_report_monotonic = now_monotonic
         if report.platform:
-            self.platform = report.platform
+            self.platform = clean_label(report.platform)
         if len(report.devices) != len(self.devices) or any(
             info.id not in self.devices for info in report.devices
         ):  # a job's devices do not change once known: convert them only once
-            for info in report.devices:
-                self.devices[info.id] = device_info_from_proto(info)
+            self._add_devices(report.devices)
         if report.steps.steps_total != previous_steps or not self.steps_changed_monotonic:
             self.steps_changed_monotonic = now_monotonic
-        self.steps_window.extend(report.steps.recent_step_seconds)
-        for event in report.compile_events:
+        self.steps_window.extend(report.steps.recent_step_seconds[-STEP_WINDOW:])
+        for event in report.compile_events[-RECENT_COMPILES:]:
             self.compile_events.append(
                 CompileEvent(
                     fun_name=clean_label(event.fun_name),
@@ -136,16 +185,47 @@ class JobState:
                     cache_hit=event.cache_hit,
                 )
             )
-        for program in report.programs:
-            if program.fingerprint in self.programs or len(self.programs) < MAX_PROGRAMS_PER_JOB:
-                self.programs[program.fingerprint] = program_from_proto(program)
-                self._programs_sorted = None
+        self._add_programs(report.programs)
+
+
+def _slim_hello(hello: xmon_pb2.AgentHello) -> xmon_pb2.AgentHello:
+    """The hello without its devices (converted already), argv past what is shown, and
+    unknown fields."""
+    slim = xmon_pb2.AgentHello()
+    slim.CopyFrom(hello)
+    slim.ClearField("devices")
+    del slim.argv[32:]
+    slim.DiscardUnknownFields()
+    return slim
+
+
+def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.AgentReport:
+    """The parts of a report the snapshot reads later: counters and each device's memory
+    (at most ``devices_per_job`` samples of ``stats_per_device`` stats)."""
+    slim = xmon_pb2.AgentReport(seq=report.seq, wall_time=report.wall_time)
+    slim.steps.CopyFrom(report.steps)
+    del slim.steps.recent_step_seconds[:]  # already in the job's step window
+    slim.compile.CopyFrom(report.compile)
+    slim.agent.CopyFrom(report.agent)
+    limits = budget.limits
+    budget.refuse("devices", len(report.memory) - limits.devices_per_job)
+    for sample in report.memory[: limits.devices_per_job]:
+        kept = slim.memory.add(device_id=sample.device_id)
+        if sample.HasField("live_array_bytes"):
+            kept.live_array_bytes = sample.live_array_bytes
+        stats = {key: value for key, value in sample.stats.items() if len(key) <= MAX_LABEL_CHARS}
+        if len(stats) > limits.stats_per_device:
+            budget.refuse("memory_stats", len(stats) - limits.stats_per_device)
+            stats = dict(sorted(stats.items())[: limits.stats_per_device])
+        kept.stats.update(stats)
+    slim.DiscardUnknownFields()
+    return slim
 
 
 def device_info_from_proto(info: xmon_pb2.DeviceInfo) -> DeviceInfo:
     return DeviceInfo(
         id=info.id,
-        platform=info.platform,
+        platform=_clean_text(info.platform),
         device_kind=clean_label(info.device_kind),
         process_index=info.process_index,
         local_hardware_id=info.local_hardware_id if info.HasField("local_hardware_id") else None,
