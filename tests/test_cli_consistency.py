@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,20 @@ def test_capture_lines_say_what_was_recorded_and_how_long_the_request_took() -> 
     assert describe(memory).splitlines()[0] == (
         "saved the device memory profile of job 'demo' (pid 7) in 12 ms"
     )
+
+
+def test_an_unwritable_logdir_is_refused_at_start(tmp_path: Path) -> None:
+    """Not accepted at start and warned about only when a job attaches."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = subprocess.run(
+        [sys.executable, "-m", "xmon", "daemon", "--logdir", str(blocker / "tb"),
+         "--socket", str(tmp_path / "xmon.sock"), "--listen", "127.0.0.1:0"],
+        env=base_env(), cwd=REPO, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"xmon daemon: --logdir {blocker / 'tb'}: not writable (Not a directory); "
+        "pass a directory this user can write\n"
+    )
+    assert not (tmp_path / "xmon.sock").exists()

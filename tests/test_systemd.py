@@ -180,6 +180,19 @@ def test_an_xmon_under_home_is_refused(tmp_path: Path) -> None:
         check_reachable(script)
 
 
+@pytest.mark.parametrize("where", ["/tmp", "/var/tmp"])
+def test_an_xmon_under_tmp_is_refused(tmp_path: Path, where: str) -> None:
+    """PrivateTmp=yes gives the service an empty /tmp: an xmon there would never start."""
+    from xmon.cli.install_service import InstallError, check_reachable
+
+    script = tmp_path / "xmon"
+    script.write_text(f"#!{where}/venv/bin/python\n")
+    script.chmod(0o755)
+    message = "is under /tmp, /var/tmp, which the service cannot see (PrivateTmp=yes)"
+    with pytest.raises(InstallError, match=re.escape(message)):
+        check_reachable(script)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
 def test_not_root_is_a_clear_error() -> None:
     try:

@@ -7,6 +7,8 @@ import asyncio
 import logging
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from xmon.cli import flags
 from xmon.collectors.base import add_collector_flags, enabled_collectors
@@ -27,11 +29,27 @@ def _load(args: argparse.Namespace) -> tuple[DaemonConfig, list[str]]:
     return config, enabled_collectors(args, config.collectors)
 
 
+def logdir_problem(logdir: Path) -> str | None:
+    """Why the daemon could not write its TensorBoard logdir (made if missing), or None."""
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".xmon-probe-", dir=logdir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"not writable ({exc.strerror or exc}); pass a directory this user can write"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         config, collectors = _load(args)
     except ConfigError as exc:
         print(f"xmon daemon: {exc}", file=sys.stderr)
+        return 2
+    problem = logdir_problem(config.logdir)
+    if problem is not None:  # now, not when the first job attaches
+        print(f"xmon daemon: --logdir {config.logdir}: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=config.log_level.upper(),

@@ -24,6 +24,8 @@ UNIT = "xmon.service"
 SOURCES = {"unit": UNIT, "sysusers": "xmon.sysusers", "config": "xmon.toml.example"}
 # ProtectHome=yes hides these from the service: an xmon installed there cannot start.
 HIDDEN = (Path("/home"), Path("/root"), Path("/run/user"))
+# PrivateTmp=yes gives the service empty ones of its own: an xmon there is not found either.
+PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))
 
 
 class InstallError(RuntimeError):
@@ -89,13 +91,15 @@ def check_reachable(executable: Path) -> None:
     if not executable.is_absolute() or not os.access(executable, os.X_OK):
         raise InstallError(f"{executable} is not an executable file (pass --exec PATH)")
     package = Path(xmon.__file__).resolve()
-    for path in filter(None, (executable, _interpreter(executable), package)):
-        if any(path.is_relative_to(hidden) for hidden in HIDDEN):
-            raise InstallError(
-                f"{path} is under {', '.join(map(str, HIDDEN))}, which the service cannot "
-                "see (ProtectHome=yes): install xmon elsewhere, e.g. "
-                "python3 -m venv /opt/xmon && /opt/xmon/bin/pip install xmon"
-            )
+    paths = list(filter(None, (executable, _interpreter(executable), package)))
+    for hidden, setting in ((HIDDEN, "ProtectHome=yes"), (PRIVATE_TMP, "PrivateTmp=yes")):
+        for path in paths:
+            if any(path.is_relative_to(h) for h in hidden):
+                raise InstallError(
+                    f"{path} is under {', '.join(map(str, hidden))}, which the service cannot "
+                    f"see ({setting}): install xmon elsewhere, e.g. "
+                    "python3 -m venv /opt/xmon && /opt/xmon/bin/pip install xmon"
+                )
 
 
 def render_unit(template: str, executable: Path) -> str:
