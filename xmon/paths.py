@@ -6,14 +6,17 @@ Every function takes the environment as an argument so tests never patch os.envi
 from __future__ import annotations
 
 import os
+import pwd
 import socket
-from collections.abc import Mapping
+import stat
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 DEFAULT_METRICS_PORT = 10049  # first free port above Prometheus' exhausted 9100-9999 range
 DEFAULT_CONFIG_PATH = Path("/etc/xmon/xmon.toml")
 SYSTEM_SOCKET_PATH = Path("/run/xmon/xmon.sock")
 SYSTEM_LOGDIR = Path("/var/lib/xmon/tensorboard")
+SERVICE_USER = "xmon"  # systemd/xmon.service's User=
 
 
 def default_socket_path(env: Mapping[str, str] | None = None) -> Path:
@@ -61,3 +64,60 @@ def someone_listens(socket_path: Path, timeout: float = 0.5) -> bool:
     finally:
         probe.close()
     return True
+
+
+def trusted_owners() -> frozenset[int]:
+    """Users whose socket the agent and the CLIs talk to: root, this process's user, and the
+    ``xmon`` system user the packaged service runs as."""
+    owners = {0, os.geteuid()}
+    try:
+        owners.add(pwd.getpwnam(SERVICE_USER).pw_uid)
+    except KeyError:
+        pass
+    return frozenset(owners)
+
+
+def directory_problem(directory: Path, owners: Collection[int]) -> str | None:
+    """Why ``directory`` is not safe to hold xmon's socket, or None.
+
+    Someone who can write the directory (or replace it, through an ancestor) can swap the
+    socket: the directory must belong to one of ``owners`` and not be writable by others, and
+    each ancestor must belong to one of them too and be either not writable by others or
+    sticky (as ``/tmp`` is).
+    """
+    try:
+        real = directory.resolve(strict=True)
+        st = os.stat(real)
+    except OSError as exc:
+        return f"cannot inspect {directory}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{directory} is not a directory"
+    if st.st_uid not in owners:
+        return f"{directory} belongs to uid {st.st_uid}, not to root or this user"
+    if st.st_mode & stat.S_IWOTH:
+        return f"{directory} is writable by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+    for ancestor in real.parents:
+        st = os.stat(ancestor)
+        writable = st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX
+        if st.st_uid not in owners or writable:
+            return f"{ancestor} can be replaced by another user (uid {st.st_uid}, mode " \
+                f"{stat.S_IMODE(st.st_mode):04o})"  # fmt: skip
+    return None
+
+
+def socket_problem(socket_path: Path, owners: Collection[int] | None = None) -> str | None:
+    """Why the agent must not talk to ``socket_path``, or None: it must be a socket owned by a
+    trusted user in a directory only trusted users can change (``directory_problem``). A
+    missing socket is not a problem (nothing listens: the connection simply fails)."""
+    owners = trusted_owners() if owners is None else owners
+    try:
+        st = os.lstat(socket_path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot inspect {socket_path}: {exc.strerror or exc}"
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{socket_path} is not a socket"
+    if st.st_uid not in owners:
+        return f"{socket_path} belongs to uid {st.st_uid}, not to root, this user or xmon"
+    return directory_problem(socket_path.parent, owners)

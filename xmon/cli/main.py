@@ -91,7 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int | str | None:
 
 
 def _dispatch(argv: list[str]) -> int:
-    parser, handlers = build_parser(only=_command(argv))
+    command = _command(argv)
+    if command == "daemon":  # before the imports below: a SIGHUP then must not kill it
+        from xmon.daemon.lifecycle import defer_hangup
+
+        defer_hangup()
+    parser, handlers = build_parser(only=command)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         _unrecognized(parser, args.command, unknown)

@@ -31,6 +31,9 @@ class AgentLink:
         self._pending: dict[int, asyncio.Future[xmon_pb2.CommandResult]] = {}
         self._ids = itertools.count(1)
         self.closed = False
+        # Set when the daemon stops: the stream then ends cleanly (status OK) instead of being
+        # cancelled by the server's shutdown, which gRPC logs as an unhandled exception.
+        self.ending = asyncio.Event()
 
     def send(self, command: xmon_pb2.DaemonCommand) -> asyncio.Future[xmon_pb2.CommandResult]:
         """Queue a command (its id is assigned here); the future resolves with its result."""

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 import grpc
 
 from xmon import __version__
-from xmon.daemon.jobs import JobState
+from xmon.daemon.hello import hello_refusal
+from xmon.daemon.jobs import JobState, clean_label
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
+from xmon.daemon.sanitize import scrub
 from xmon.model import Snapshot, snapshot_to_dict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
@@ -64,6 +66,11 @@ class Hub:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def end_streams(self) -> None:
+        """The daemon is stopping: end every agent stream cleanly (see ``AgentLink.ending``)."""
+        for link in self.links.values():
+            link.ending.set()
 
     def begin_collect(self) -> int:
         """Number the snapshot whose collection starts now (see ``publish``)."""
@@ -118,7 +125,12 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         if hello is None:
             return
         hub = self._hub
-        self._replace_same_process(hello.pid)
+        refusal = hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+        if refusal is not None:
+            hub.counters.reports_rejected += 1
+            log.warning("agent refused: job %r: %s", clean_label(hello.job_name), refusal[1])
+            await context.abort(*refusal)
+            return
         if len(hub.jobs) >= hub.max_agents:
             hub.counters.reports_rejected += 1
             await context.abort(
@@ -151,12 +163,6 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             if state is not None:
                 log.info("agent detached: job %r pid %d", state.job_name, state.pid)
 
-    def _replace_same_process(self, pid: int) -> None:
-        # An agent that reconnects before its old stream timed out must not appear twice.
-        for stream_id, state in list(self._hub.jobs.items()):
-            if state.pid == pid:
-                del self._hub.jobs[stream_id]
-
     async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
         try:
             first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT_SECONDS)
@@ -176,6 +182,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
                 f"{__version__} (supports {sorted(SUPPORTED_PROTOCOLS)})",
             )
             return None
+        scrub(hello)  # no non-finite number reaches the daemon's arithmetic
         return hello
 
     async def _read_reports(
@@ -192,6 +199,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
                 return
             if kind == "report":
                 hub.counters.reports_received += 1
+                scrub(message.report)
                 state.apply(message.report, time.time(), time.monotonic())
             elif kind == "result":
                 link.resolve(message.result)
@@ -205,9 +213,23 @@ async def _write_commands(
     context: grpc.aio.ServicerContext, link: AgentLink, reader: asyncio.Task[None]
 ) -> None:
     """Write queued commands to the agent until its side of the stream ends."""
+    ending = asyncio.ensure_future(link.ending.wait())
+    try:
+        await _write_until_ending(context, link, reader, ending)
+    finally:
+        ending.cancel()
+
+
+async def _write_until_ending(
+    context: grpc.aio.ServicerContext,
+    link: AgentLink,
+    reader: asyncio.Task[None],
+    ending: asyncio.Future[object],
+) -> None:
     while True:
         getter = asyncio.ensure_future(link.outbox.get())
-        done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+        waits = {getter, reader, ending}
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         if getter not in done:
             getter.cancel()
             return

@@ -10,8 +10,10 @@ import logging
 import os
 import signal
 import socket
+import stat
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -20,7 +22,7 @@ from xmon import __version__, paths
 from xmon.collectors.base import CollectContext
 from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
-from xmon.daemon import memory
+from xmon.daemon import lifecycle, memory
 from xmon.daemon.jobs import JobBuilder, JobState
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
@@ -56,13 +58,21 @@ class DaemonError(RuntimeError):
 
 
 def prepare_socket(path: Path) -> None:
-    """Create the socket's directory; remove a stale socket, refuse to steal a live one."""
+    """Create the socket's directory, refuse one another user could change, remove a stale
+    socket; refuse to steal a live one or to replace anything that is not a socket."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     except OSError as exc:
         raise DaemonError(f"cannot create socket directory {path.parent}: {exc.strerror}") from exc
-    if not path.exists() and not path.is_symlink():
+    problem = paths.directory_problem(path.parent, {os.geteuid(), 0})
+    if problem is not None:
+        raise DaemonError(f"refusing socket directory {path.parent}: {problem}")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
         return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise DaemonError(f"{path} exists and is not a socket; not replacing it (use --socket)")
     if not paths.someone_listens(path):
         path.unlink()  # left over from a daemon that died
         return
@@ -91,6 +101,9 @@ class Daemon:
         self._stop: asyncio.Event | None = None
         self.metrics_port: int | None = None
         self.slice_info: SliceInfo | None = None
+        self._socket = lifecycle.SocketGuard(config.socket_path)
+        self._servers: list[grpc.aio.Server] = []  # one more each time the socket is re-made
+        self._reload_task: asyncio.Task[PreparedReload] | None = None
 
     def request_stop(self) -> None:
         if self._stop is not None:
@@ -101,23 +114,41 @@ class Daemon:
 
     def reload(self) -> bool:
         """Re-read the configuration; keep the running one if the new one is invalid."""
+        return self._finish_reload(self._prepare_reload())
+
+    def _prepare_reload(self) -> PreparedReload:
+        """The slow half of a reload (reading files, building collectors), off the loop."""
         if self._reload_config is None:
-            return False
+            return PreparedReload()
         try:
             new, collectors = self._reload_config()
-        except ConfigError as exc:
-            self.reloads.failed()
-            log.error("configuration reload failed, keeping the running configuration: %s", exc)
+            plan = plan_reload(self.config, new, self.collectors, collectors)
+            runner = _new_runner(collectors, plan.config) if plan.rebuild_collectors else None
+        except (ConfigError, ValueError) as exc:
+            return PreparedReload(error=str(exc))
+        return PreparedReload(plan, collectors, runner)
+
+    def _finish_reload(self, prepared: PreparedReload) -> bool:
+        """Apply a prepared reload (between two snapshots)."""
+        plan = prepared.plan
+        if plan is None:
+            if prepared.error is not None:
+                self.reloads.failed()
+                log.error(
+                    "configuration reload failed, keeping the running configuration: %s",
+                    prepared.error,
+                )
             return False
-        plan = plan_reload(self.config, new, self.collectors, collectors)
         if plan.needs_restart:
             log.warning("reload: %s changed; this takes a restart", ", ".join(plan.needs_restart))
-        self._apply(plan, collectors)
+        self._apply(plan, prepared.collectors, prepared.runner)
         self.reloads.succeeded()
         log.info("configuration reloaded: %s", ", ".join(plan.changed) or "no changes")
         return True
 
-    def _apply(self, plan: ReloadPlan, collectors: list[str]) -> None:
+    def _apply(
+        self, plan: ReloadPlan, collectors: list[str], runner: CollectorRunner | None = None
+    ) -> None:
         config = self.config = plan.config
         logging.getLogger().setLevel(config.log_level.upper())
         self.hub.period_seconds = config.period_seconds
@@ -125,11 +156,10 @@ class Daemon:
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint.program_limit = config.program_series_limit
         if plan.rebuild_collectors:
-            self.runner.close()
-            self.collectors = collectors
-            self.runner = CollectorRunner(
-                collectors, timeout=max(0.5, config.period_seconds), config=config
-            )
+            old, self.collectors = self.runner, collectors
+            self.runner = runner or _new_runner(collectors, config)
+            # close() waits for a hung collector up to its timeout: never on the loop
+            threading.Thread(target=old.close, name="xmon-reload", daemon=True).start()
 
     async def run(self) -> None:
         self._stop = asyncio.Event()
@@ -137,7 +167,9 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.request_reload)
-        server = await self._start_grpc()
+        if lifecycle.take_hangup():  # one arrived while starting
+            self.request_reload()
+        await self._start_grpc()
         try:
             self.endpoint.start(self.config.listen_host, self.config.listen_port)
             self.metrics_port = self.endpoint.port
@@ -152,10 +184,11 @@ class Daemon:
             await self._tick_forever()
         finally:
             await self.profiling.close()  # also flushes the TensorBoard event files
-            await server.stop(grace=1.0)
+            self.hub.end_streams()  # agents see a clean end, not a cancelled call
+            await asyncio.gather(*(server.stop(grace=1.0) for server in self._servers))
             self.endpoint.stop()
             self.runner.close()
-            _unlink_quietly(self.config.socket_path)
+            self._socket.unlink_own()
             log.info("xmon daemon stopped")
 
     async def _start_grpc(self) -> grpc.aio.Server:
@@ -173,23 +206,27 @@ class Daemon:
         xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
         control = ControlService(self.hub, self.profiling.profiler)
         xmon_pb2_grpc.add_ControlServicer_to_server(control, server)
-        address = f"unix://{self.config.socket_path.absolute()}"
+        private = self._socket.private_path()
         try:
-            if server.add_insecure_port(address) == 0:
+            if server.add_insecure_port(f"unix://{private.absolute()}") == 0:
                 raise RuntimeError("bind failed")
         except RuntimeError as exc:
             raise DaemonError(f"cannot listen on {self.config.socket_path}: {exc}") from exc
         await server.start()
-        os.chmod(self.config.socket_path, SOCKET_MODE)
+        os.chmod(private, SOCKET_MODE)
+        try:
+            self._socket.publish()
+        except OSError as exc:
+            await server.stop(None)
+            raise DaemonError(f"cannot listen on {self.config.socket_path}: {exc}") from exc
+        self._servers.append(server)
         return server
 
     async def _tick_forever(self) -> None:
         assert self._stop is not None
         next_tick = next_trim = time.monotonic()
         while not self._stop.is_set():
-            if self._reload_requested:
-                self._reload_requested = False
-                await asyncio.to_thread(self.reload)
+            await self._between_snapshots()
             await self.tick()
             if time.monotonic() >= next_trim:  # tens of microseconds
                 memory.trim()
@@ -202,6 +239,32 @@ class Daemon:
                 await asyncio.wait_for(self._stop.wait(), timeout=delay)
             except TimeoutError:
                 pass
+
+    async def _between_snapshots(self) -> None:
+        """Work that must not delay a snapshot: a reload is read in a thread and applied here
+        once ready; the socket is checked (and re-made if someone deleted it)."""
+        if self._reload_requested and self._reload_task is None:
+            self._reload_requested = False
+            self._reload_task = asyncio.create_task(asyncio.to_thread(self._prepare_reload))
+        if self._reload_task is not None and self._reload_task.done():
+            task, self._reload_task = self._reload_task, None
+            self._finish_reload(task.result())
+        state = self._socket.state()
+        if state is lifecycle.SocketState.REPLACED:
+            self._socket.warn_replaced()
+        elif state is lifecycle.SocketState.MISSING:
+            await self._listen_again()
+
+    async def _listen_again(self) -> None:
+        """The socket was deleted: listen on a new one. Streams already connected go on over
+        the old server until the daemon stops."""
+        path = self.config.socket_path
+        try:
+            await self._start_grpc()
+        except (DaemonError, OSError) as exc:
+            log.error("socket %s was deleted and cannot be made again: %s", path, exc)
+            return
+        log.warning("socket %s was deleted; listening on a new one", path)
 
     async def tick(self) -> Snapshot:
         collect = self.hub.begin_collect()
@@ -280,8 +343,15 @@ class Daemon:
         )
 
 
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
+@dataclass(frozen=True)
+class PreparedReload:
+    """A configuration read and checked off the loop, ready to apply (or why not)."""
+
+    plan: ReloadPlan | None = None
+    collectors: list[str] = field(default_factory=list)
+    runner: CollectorRunner | None = None  # built off the loop when the collectors change
+    error: str | None = None
+
+
+def _new_runner(collectors: list[str], config: DaemonConfig) -> CollectorRunner:
+    return CollectorRunner(collectors, timeout=max(0.5, config.period_seconds), config=config)

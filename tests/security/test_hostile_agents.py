@@ -1,0 +1,128 @@
+"""Whoever can reach the socket can send any hello and any number: one job (buggy or hostile)
+must not evict another, take down a collector, stop the TensorBoard export of every job, or
+put control characters into /metrics."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from xmon.agent.transport import Transport
+from xmon.daemon.sanitize import scrub
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+from procs import Daemon, wait_for
+from profiling_procs import profiling_daemon
+
+pytestmark = pytest.mark.e2e
+
+
+def _hello(pid: int, name: str, **fields: object) -> xmon_pb2.AgentMessage:
+    hello = xmon_pb2.AgentHello(protocol_version=1, pid=pid, job_name=name, **fields)
+    return xmon_pb2.AgentMessage(hello=hello)
+
+
+def _agent(daemon: Daemon, pid: int, name: str, **fields: object) -> Transport:
+    transport = Transport(f"unix://{daemon.socket_path}", lambda: _hello(pid, name, **fields),
+                          lambda command: None)  # fmt: skip
+    transport.start()
+    return transport
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    proc = profiling_daemon(tmp_path / "d")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def victim_pid() -> Iterator[int]:
+    proc = subprocess.Popen(["sleep", "120"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def _jobs(daemon: Daemon) -> set[str]:
+    return {
+        line.split('job_name="')[1].split('"')[0]
+        for line in daemon.scrape().splitlines()
+        if line.startswith("xmon_job_info{")
+    }
+
+
+def test_a_hello_claiming_an_attached_pid_does_not_evict_that_job(
+    daemon: Daemon, victim_pid: int
+) -> None:
+    victim = _agent(daemon, victim_pid, "victim")
+    try:
+        wait_for(lambda: _jobs(daemon) == {"victim"}, 20, "the victim to attach")
+        with grpc.insecure_channel(f"unix://{daemon.socket_path}") as channel:
+            stub = xmon_pb2_grpc.IngestStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(stub.Connect(iter([_hello(victim_pid, "impostor")]), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        time.sleep(1.0)
+        assert _jobs(daemon) == {"victim"} and victim.connected
+    finally:
+        victim.stop()
+
+
+@pytest.mark.parametrize("pid", [-1, 0, -(2**31), 2**31 - 1])
+def test_an_impossible_pid_is_refused_and_the_host_collector_stays_up(
+    daemon: Daemon, pid: int
+) -> None:
+    with grpc.insecure_channel(f"unix://{daemon.socket_path}") as channel:
+        stub = xmon_pb2_grpc.IngestStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.Connect(iter([_hello(pid, "bad")]), timeout=10))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    time.sleep(1.0)
+    assert 'xmon_collector_up{collector="host"} 1.0' in daemon.scrape()
+
+
+def test_hostile_numbers_and_strings_harm_no_other_job(
+    daemon: Daemon, victim_pid: int, tmp_path: Path
+) -> None:
+    hostile = "cpu\x00\u2028\u0085\x1b[2J"
+    bad = _agent(daemon, os.getpid(), "bad", started_at=math.inf, platform=hostile,
+                 hostname=hostile)  # fmt: skip
+    good = _agent(daemon, victim_pid, "good", started_at=time.time())
+    run = tmp_path / "d" / "tb" / f"good-{victim_pid}"
+    try:
+
+        def good_scalars() -> bool:
+            acc = EventAccumulator(str(run))
+            acc.Reload()
+            return bool(acc.Tags()["scalars"])
+
+        wait_for(good_scalars, 20, "the good job's TensorBoard scalars")
+        text = daemon.scrape()
+        for bad_char in ("\x00", "\u2028", "\u0085", "\x1b"):
+            assert bad_char not in text
+        start = [line for line in text.splitlines() if line.startswith("xmon_job_start_time")]
+        assert not any("Inf" in line or "NaN" in line for line in start), start
+    finally:
+        bad.stop()
+        good.stop()
+
+
+def test_scrub_drops_non_finite_numbers_and_impossible_times_everywhere() -> None:
+    report = xmon_pb2.AgentReport(wall_time=math.nan)
+    report.steps.recent_step_seconds.extend([0.5, math.inf, 0.25, -math.inf])
+    report.compile_events.add(wall_time=1e300, duration_seconds=math.nan)
+    report.programs.add(fingerprint="p", flops=math.inf, compiled_at=-5.0)
+    assert scrub(report) == 7
+    assert list(report.steps.recent_step_seconds) == [0.5, 0.25]
+    assert not report.programs[0].HasField("flops") and report.programs[0].compiled_at == 0
+    hello = _hello(1, "x", started_at=math.inf).hello
+    assert scrub(hello) == 1 and hello.started_at == 0.0
