@@ -83,7 +83,8 @@ class CommandRunner:
         if not 1 <= request.duration_ms <= MAX_TRACE_MS:
             return _result(command, False, f"duration must be 1..{MAX_TRACE_MS} ms", "invalid")
         log_dir = Path(request.log_dir)
-        problem = writable_dir(log_dir)
+        problem = writable_dir(log_dir) or _linked(log_dir, log_dir / "plugins",
+                                                   log_dir / "plugins" / "profile")  # fmt: skip
         if problem is not None:
             return _result(command, False, problem, "not_writable")
         before = trace_sessions(log_dir)
@@ -129,14 +130,19 @@ class CommandRunner:
 
         request = command.save_memory_profile
         path = Path(request.path)
-        problem = writable_dir(path.parent)
+        if path.suffix != ".prof" or not path.is_absolute():
+            return _result(command, False, f"not a memory profile path: {path}", "invalid")
+        problem = writable_dir(path.parent) or _linked(path.parent)
         if problem is not None:
             return _result(command, False, problem, "not_writable")
         started = time.perf_counter()
         try:
-            jax.profiler.save_device_memory_profile(str(path))
+            # Written here, not by jax (which would follow a link or overwrite any file): a new
+            # file only, never through a link.
+            create_new(path, jax.profiler.device_memory_profile())
+        except FileExistsError:
+            return _result(command, False, f"{path} exists; not overwriting it", "invalid")
         except OSError as exc:
-            _unlink_quietly(path)
             return _result(command, False, f"could not write {path}: {exc}", _code(exc))
         took = time.perf_counter() - started
         _write_quietly(path.with_suffix(".json"), request.annotation_json)
@@ -216,11 +222,35 @@ def _code(error: BaseException) -> str:
     return "failed"
 
 
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to a file that did not exist (never an existing file, never through a
+    link: a daemon, or whoever answers on its socket, names the path); a partial file is
+    removed."""
+    fd = os.open(path, _NEW_FILE, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        _unlink_quietly(path)
+        raise
+
+
+def _linked(*directories: Path) -> str | None:
+    """Why not to write into these directories (one is a link), else None."""
+    for directory in directories:
+        if directory.is_symlink():
+            return f"{directory} is a link; not writing through it"
+    return None
+
+
 def _write_quietly(path: Path, text: str) -> None:
     if not text:
         return
     try:
-        path.write_text(text)
+        create_new(path, text.encode())
     except OSError:
         pass  # the capture itself is fine; its note is a nicety
 

@@ -18,6 +18,7 @@ from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
 from xmon.agent.live_memory import LiveMemory
+from xmon.agent.redact import redact_argv
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
@@ -54,6 +55,7 @@ class Agent:
         self.job_name = job_name or default_job_name(sys.argv, env)
         self.period = period
         self.socket_path = socket_path or paths.default_socket_path(env)
+        self._env = env  # read again for each hello (XMON_SEND_SECRETS)
         self.started_at = time.time()
         self.steps = StepTimer()
         self.live_memory = LiveMemory(self.steps)  # the CPU fallback for bytes in use
@@ -162,7 +164,7 @@ class Agent:
             jaxlib_version=getattr(jaxlib, "__version__", ""),
             process_index=_process_index() if self._devices else 0,
             process_count=_process_count() if self._devices else 1,
-            argv=sys.argv[:32],
+            argv=redact_argv(sys.argv[:32], self._env),
             started_at=self.started_at,
             devices=self._device_infos,
             agent_version=__version__,

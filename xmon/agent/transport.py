@@ -14,9 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
+from xmon import paths
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 log = logging.getLogger("xmon.agent")
@@ -132,7 +134,23 @@ class Transport:
                 break
             delay = min(delay * 2, self._backoff[1])
 
+    def _untrusted(self) -> bool:
+        """Whether the socket may belong to someone else (checked before each connect): a
+        listener planted by another user would read the job's hello and send it commands."""
+        if not self._target.startswith("unix://"):
+            return False
+        problem = paths.socket_problem(Path(self._target.removeprefix("unix://")))
+        if problem is None:
+            return False
+        message = f"not connecting to an untrusted socket: {problem}"
+        if message != self.counters.last_error:
+            log.warning("xmon: %s", message)
+        self.counters.last_error = message
+        return True
+
     def _run_one_stream(self) -> None:
+        if self._untrusted():
+            return
         options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
