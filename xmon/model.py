@@ -245,6 +245,10 @@ class CompileStats:
     cache_hits_total: int = 0
     cache_misses_total: int = 0
     recent: tuple[CompileEvent, ...] = ()
+    # Recompiles once the job is past warm-up (xmon.findings.recompiles.is_steady): what the
+    # storm alert counts. Eager primitive compiles (jax's apply_primitive) never count.
+    steady_recompiles_total: int = 0
+    eager_compiles_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -350,6 +354,25 @@ class Job:
     agent: AgentHealth = field(default_factory=AgentHealth)
     captures: tuple[CaptureCount, ...] = ()  # traces and memory profiles the daemon asked for
     ledger: LedgerStats = field(default_factory=LedgerStats)
+    findings: tuple[Finding, ...] = ()  # diagnoses of this job (xmon.findings), worst first
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis of one job: what is wrong, since when, the evidence and the fix.
+
+    Built by the daemon's detectors (xmon.findings) from the job's own numbers each tick.
+    """
+
+    kind: str  # e.g. "recompile", "stall", "host_bound", "memory_leak", "no_steps"
+    severity: str  # "info" | "warning" | "error"
+    summary: str  # one line
+    since: float  # wall clock when the condition was first seen (this daemon's run)
+    evidence: tuple[tuple[str, str], ...] = ()  # (what, value) pairs that support it
+    fix: str = ""
+    subject: str | None = None  # what it is about, e.g. the recompiled function's name
+    value: float | None = None  # the number the finding is about (see docs/doctor.md)
+    detail: str = ""  # long evidence, e.g. every thread's Python stack
 
 
 @dataclass(frozen=True)

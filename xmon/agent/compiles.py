@@ -26,6 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
+from xmon.agent.signatures import describe_compile
+from xmon.findings.recompiles import FunctionRow, FunctionTable
 from xmon.model import CompileEvent, CompileStats, Program
 
 log = logging.getLogger("xmon.agent")
@@ -68,9 +70,15 @@ def persistent_cache_on() -> bool:
 class CompileRecorder:
     """Thread-safe accumulator of compile counters, recent events and program records."""
 
-    def __init__(self, in_step: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        in_step: Callable[[], bool] = lambda: False,
+        steps: Callable[[], tuple[int, bool]] = lambda: (0, False),
+    ) -> None:
         self._lock = threading.Lock()
         self._in_step = in_step
+        self._steps = steps  # (marked steps finished, whether the job marks steps)
+        self._functions = FunctionTable()  # per-function compiles: the recompile finding
         self._counts: dict[str, float] = {}
         self._seen_fun_names: set[str] = set()
         self._pending_events: deque[CompileEvent] = deque(maxlen=MAX_PENDING_EVENTS)
@@ -138,8 +146,13 @@ class CompileRecorder:
             return
         in_step = self._in_step()
         listener = self.executable_listener
+        arguments, eager = _describe_compile()
+        steps_before, marked = self._steps()
         with self._lock:
             self.generation += 1
+            self._functions.record(
+                record.name, arguments, record.fingerprint, eager, time.time(), steps_before, marked
+            )
             existing = self._programs.get(record.fingerprint)
             ids: tuple[int, ...] = ()
             if existing is not None:
@@ -222,7 +235,17 @@ class CompileRecorder:
             cache_requests_total=int(c.get(CACHE_REQUESTS, 0)),
             cache_hits_total=int(c.get(CACHE_HITS, 0)),
             cache_misses_total=int(c.get(CACHE_MISSES, 0)),
+            steady_recompiles_total=self._functions.steady_recompiles_total,
+            eager_compiles_total=self._functions.eager_compiles_total,
         )
+
+    def recompiled_functions(self) -> list[FunctionRow]:
+        """The functions compiled more than once, as copies (for the report)."""
+        with self._lock:
+            return [
+                dataclasses.replace(r, changes=r.changes.copy())
+                for r in self._functions.recompiled()
+            ]
 
     def take_events(self) -> list[CompileEvent]:
         with self._lock:
@@ -255,6 +278,13 @@ class CompileRecorder:
         with self._lock:
             matches = [p for p in self._programs.values() if p.name == name]
         return max(matches, key=lambda p: p.compiled_at or 0.0) if matches else None
+
+
+def _describe_compile() -> tuple[tuple[str, ...], bool]:
+    try:
+        return describe_compile()
+    except Exception:  # noqa: BLE001 - a jax whose stack we cannot read: arguments unknown
+        return (), False
 
 
 class CompileHooks:

@@ -20,8 +20,10 @@ from xmon.agent.hlo_store import HloStore
 from xmon.agent.live_memory import LiveMemory
 from xmon.agent.redact import redact_argv
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
+from xmon.agent.stall import StallWatch
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
+from xmon.findings.recompiles import FunctionRow
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names
@@ -60,7 +62,10 @@ class Agent:
         self.steps = StepTimer()
         self.live_memory = LiveMemory(self.steps)  # the CPU fallback for bytes in use
         self.declared_tokens_per_step: float | None = None  # xmon.declare_model_flops
-        self.compiles = CompileRecorder(in_step=self.steps.in_step)
+        self.compiles = CompileRecorder(
+            in_step=self.steps.in_step, steps=lambda: (self.steps.steps_total, self.steps.marked)
+        )
+        self.stall = StallWatch(self.steps)
         self._hooks = CompileHooks(self.compiles)
         self._annotations = StepAnnotationHook(self.steps) if step_annotations else None
         self.hlo = HloStore()
@@ -192,6 +197,8 @@ class Agent:
             agent=self._agent_counters(),
             devices=[] if self._devices_announced else self._device_infos,
             platform=self._platform(),
+            compile_functions=[_function_proto(f) for f in self.compiles.recompiled_functions()],
+            stall=self.stall.report(),
         )
         return xmon_pb2.AgentMessage(report=report), programs
 
@@ -290,6 +297,19 @@ def _copy_known(source: Any, proto: Any, names: tuple[str, ...]) -> None:
 
 
 _PROGRAM_OPTIONAL = optional_field_names(xmon_pb2.ProgramInfo)
+
+
+def _function_proto(row: FunctionRow) -> xmon_pb2.FunctionCompiles:
+    return xmon_pb2.FunctionCompiles(
+        name=row.name,
+        compiles_total=row.compiles_total,
+        steady_recompiles_total=row.steady_recompiles_total,
+        eager=row.eager,
+        first_compiled_at=row.first_compiled_at,
+        last_compiled_at=row.last_compiled_at,
+        changes=list(row.changes),
+        arguments=list(row.arguments),
+    )
 
 
 def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:

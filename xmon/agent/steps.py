@@ -64,6 +64,14 @@ class StepTimer:
         """Whether the job has ever marked a step."""
         return self._first_start is not None
 
+    def last_step(self) -> tuple[float | None, tuple[float, ...]]:
+        """Clock reading of the last step's end (None before one ended), and the intervals
+        between the latest 65 step begins: what the stall rule (xmon.findings.stall) reads."""
+        with self._lock:
+            begins = list(self.begin_times)[-65:]
+            last_end = self._last_end
+        return last_end, tuple(b - a for a, b in zip(begins, begins[1:], strict=False))
+
     def open_steps(self) -> int:
         return self._open
 

@@ -207,6 +207,10 @@ def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.
     del slim.steps.recent_step_seconds[:]  # already in the job's step window
     slim.compile.CopyFrom(report.compile)
     slim.agent.CopyFrom(report.agent)
+    # read by the findings (xmon.findings.tracker); the agent bounds both (16 rows, 64 KiB)
+    slim.compile_functions.extend(report.compile_functions[:16])
+    if report.HasField("stall"):
+        slim.stall.CopyFrom(report.stall)
     limits = budget.limits
     budget.refuse("devices", len(report.memory) - limits.devices_per_job)
     for sample in report.memory[: limits.devices_per_job]:

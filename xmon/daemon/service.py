@@ -28,6 +28,7 @@ from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
+from xmon.findings.tracker import FindingsTracker
 from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2_grpc
@@ -95,6 +96,7 @@ class Daemon:
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint = MetricsEndpoint(program_limit=config.program_series_limit)
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
+        self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
         self.hostname = socket.gethostname()
         self.started_at = time.time()
         self._seq = 0
@@ -315,6 +317,8 @@ class Daemon:
             for state in sorted(still_live, key=lambda s: (s.job_name, s.pid))
         )
         jobs = self.profiling.annotate(jobs)
+        reports = {state.pid: state.report for state in still_live}
+        jobs = self.findings.annotate(jobs, reports, output.host)
         self._seq += 1
         counters = self.hub.counters
         return Snapshot(

@@ -94,7 +94,7 @@ class CompileEvent(_message.Message):
     def __init__(self, fun_name: _Optional[str] = ..., duration_seconds: _Optional[float] = ..., wall_time: _Optional[float] = ..., cache_hit: _Optional[bool] = ...) -> None: ...
 
 class CompileCounters(_message.Message):
-    __slots__ = ("compiles_total", "recompiles_total", "backend_compile_seconds_total", "trace_seconds_total", "lowering_seconds_total", "cache_requests_total", "cache_hits_total", "cache_misses_total")
+    __slots__ = ("compiles_total", "recompiles_total", "backend_compile_seconds_total", "trace_seconds_total", "lowering_seconds_total", "cache_requests_total", "cache_hits_total", "cache_misses_total", "steady_recompiles_total", "eager_compiles_total")
     COMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RECOMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     BACKEND_COMPILE_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,8 @@ class CompileCounters(_message.Message):
     CACHE_REQUESTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     CACHE_HITS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     CACHE_MISSES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEADY_RECOMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    EAGER_COMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     compiles_total: int
     recompiles_total: int
     backend_compile_seconds_total: float
@@ -111,7 +113,39 @@ class CompileCounters(_message.Message):
     cache_requests_total: int
     cache_hits_total: int
     cache_misses_total: int
-    def __init__(self, compiles_total: _Optional[int] = ..., recompiles_total: _Optional[int] = ..., backend_compile_seconds_total: _Optional[float] = ..., trace_seconds_total: _Optional[float] = ..., lowering_seconds_total: _Optional[float] = ..., cache_requests_total: _Optional[int] = ..., cache_hits_total: _Optional[int] = ..., cache_misses_total: _Optional[int] = ...) -> None: ...
+    steady_recompiles_total: int
+    eager_compiles_total: int
+    def __init__(self, compiles_total: _Optional[int] = ..., recompiles_total: _Optional[int] = ..., backend_compile_seconds_total: _Optional[float] = ..., trace_seconds_total: _Optional[float] = ..., lowering_seconds_total: _Optional[float] = ..., cache_requests_total: _Optional[int] = ..., cache_hits_total: _Optional[int] = ..., cache_misses_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager_compiles_total: _Optional[int] = ...) -> None: ...
+
+class FunctionCompiles(_message.Message):
+    __slots__ = ("name", "compiles_total", "steady_recompiles_total", "eager", "first_compiled_at", "last_compiled_at", "changes", "arguments")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEADY_RECOMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    EAGER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_COMPILED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMPILED_AT_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    compiles_total: int
+    steady_recompiles_total: int
+    eager: bool
+    first_compiled_at: float
+    last_compiled_at: float
+    changes: _containers.RepeatedScalarFieldContainer[str]
+    arguments: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., compiles_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager: _Optional[bool] = ..., first_compiled_at: _Optional[float] = ..., last_compiled_at: _Optional[float] = ..., changes: _Optional[_Iterable[str]] = ..., arguments: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StallReport(_message.Message):
+    __slots__ = ("seconds_since_step", "median_step_seconds", "stacks")
+    SECONDS_SINCE_STEP_FIELD_NUMBER: _ClassVar[int]
+    MEDIAN_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STACKS_FIELD_NUMBER: _ClassVar[int]
+    seconds_since_step: float
+    median_step_seconds: float
+    stacks: str
+    def __init__(self, seconds_since_step: _Optional[float] = ..., median_step_seconds: _Optional[float] = ..., stacks: _Optional[str] = ...) -> None: ...
 
 class ProgramInfo(_message.Message):
     __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids", "bytes_accessed_xla", "flops_lower_bound", "loops", "loops_unknown_trip_count")
@@ -214,7 +248,7 @@ class ExecutionSample(_message.Message):
     def __init__(self, started_at: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., xspace: _Optional[bytes] = ..., step_begin_seconds: _Optional[_Iterable[float]] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
 
 class AgentReport(_message.Message):
-    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform")
+    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +259,8 @@ class AgentReport(_message.Message):
     AGENT_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    STALL_FIELD_NUMBER: _ClassVar[int]
     seq: int
     wall_time: float
     memory: _containers.RepeatedCompositeFieldContainer[DeviceMemorySample]
@@ -235,7 +271,9 @@ class AgentReport(_message.Message):
     agent: AgentCounters
     devices: _containers.RepeatedCompositeFieldContainer[DeviceInfo]
     platform: str
-    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ...) -> None: ...
+    compile_functions: _containers.RepeatedCompositeFieldContainer[FunctionCompiles]
+    stall: StallReport
+    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("command_id", "ok", "message", "paths", "error_code", "hlo_gzip", "traced_seconds")

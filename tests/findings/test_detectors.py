@@ -1,0 +1,164 @@
+"""Stall, host-bound, memory-leak and setup detectors on synthetic jobs, table-driven."""
+
+from __future__ import annotations
+
+import pytest
+
+from xmon.findings.host_bound import detect_host_bound
+from xmon.findings.memory import detect_leak, fit
+from xmon.findings.setup import detect_setup
+from xmon.findings.stall import detect_stall, stall_threshold
+from xmon.model import (
+    CompileStats,
+    DeviceInfo,
+    DeviceMemory,
+    HostSample,
+    Job,
+    JobDevice,
+    ProcessSample,
+    Program,
+    StepStats,
+    Utilization,
+)
+
+STACKS = (
+    "Thread MainThread (1):\n"
+    '  File "/job/train.py", line 9, in <module>\n    step()\n'
+    '  File "/usr/lib/python3.11/threading.py", line 327, in wait\n    waiter.acquire()\n\n'
+    "Thread xmon-reporter (2):\n"
+)
+
+
+def job(
+    busy: tuple[float | None, ...] = (None,),
+    platform: str = "cpu",
+    limit: int | None = None,
+    steps: StepStats | None = None,
+    **fields: object,
+) -> Job:
+    devices = tuple(
+        JobDevice(DeviceInfo(i, platform, platform), DeviceMemory(bytes_limit=limit), b)
+        for i, b in enumerate(busy)
+    )
+    stats = steps or StepStats(
+        steps_total=100, p50_step_seconds=0.05, p90_step_seconds=0.06, steps_per_second=20.0
+    )
+    return Job(
+        job_name="j",
+        pid=1,
+        hostname="h",
+        platform=platform,
+        jax_version="",
+        jaxlib_version="",
+        devices=devices,
+        steps=stats,
+        **fields,
+    )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("since_step", "median", "steps", "severity"),
+    [
+        (5.0, 0.05, 10, None),  # under the 20 s floor
+        (25.0, 0.05, 10, "warning"),
+        (25.0, 3.0, 10, None),  # 10 x a 3 s median is 30 s
+        (25.0, 0.05, 0, None),  # never stepped: not a stall
+        (150.0, 0.05, 10, "error"),  # five thresholds
+    ],
+)
+def test_stall(since_step: float, median: float, steps: int, severity: str | None) -> None:
+    finding = detect_stall(since_step, median, steps, 1.0, STACKS)
+    assert (finding.severity if finding else None) == severity
+    if finding is not None:
+        assert "threading.py:327 wait" in finding.summary
+        assert finding.detail == STACKS and finding.value == since_step
+
+
+def test_stall_threshold() -> None:
+    assert stall_threshold(None) == 20.0 and stall_threshold(4.0) == 40.0
+
+
+@pytest.mark.parametrize(
+    ("busy", "p90", "severity"),
+    [
+        ((0.9, 0.1), 0.06, None),  # the busiest device is busy
+        ((0.3, 0.2), 0.06, "warning"),
+        ((0.05, 0.01), 0.06, "error"),
+        ((0.3,), 0.5, None),  # irregular steps: not every step waits
+        ((None,), 0.06, None),  # no ledger sample yet
+    ],
+)
+def test_host_bound(busy: tuple[float | None, ...], p90: float, severity: str | None) -> None:
+    stats = StepStats(
+        steps_total=100, p50_step_seconds=0.05, p90_step_seconds=p90, steps_per_second=20.0
+    )
+    finding = detect_host_bound(job(busy, steps=stats), 1.0)
+    assert (finding.severity if finding else None) == severity
+
+
+def test_host_bound_fix_tells_a_busy_process_from_a_waiting_one() -> None:
+    busy_cpu = job((0.2,), process=ProcessSample(1.0, 10.0, 1))
+    idle = job((0.2,), process=ProcessSample(0.05, 10.0, 1))
+    assert "py-spy" in detect_host_bound(busy_cpu, 1.0).fix  # type: ignore[union-attr]
+    assert "waits for input" in detect_host_bound(idle, 1.0).fix  # type: ignore[union-attr]
+
+
+def test_fit() -> None:
+    slope, r2 = fit([(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)])  # type: ignore[misc]
+    assert slope == pytest.approx(2.0) and r2 == pytest.approx(1.0)
+    assert fit([(1.0, 1.0), (1.0, 2.0)]) is None
+
+
+MiB = 1 << 20
+HOST = HostSample("h", 2, 0.1, 8 << 30, 4 << 30, 1 << 30)
+
+
+@pytest.mark.parametrize(
+    ("readings", "limit", "severity", "to_oom"),
+    [
+        (
+            [(t * 5.0, 100 * MiB + t * 10 * MiB) for t in range(10)],
+            16384 * MiB,
+            "warning",
+            (16384 - 190) * MiB / (2 * MiB),
+        ),
+        (
+            [(t * 5.0, 100 * MiB + t * 10 * MiB) for t in range(10)],
+            300 * MiB,
+            "error",
+            (300 - 190) * MiB / (2 * MiB),
+        ),
+        ([(t * 5.0, 100 * MiB + (t % 2) * 10 * MiB) for t in range(10)], 4096 * MiB, None, None),
+        ([(t * 1.0, 100 * MiB + t * 10 * MiB) for t in range(10)], 4096 * MiB, None, None),
+        ([(t * 5.0, 100 * MiB + t * 10 * MiB) for t in range(5)], 4096 * MiB, None, None),
+    ],
+)
+def test_leak(
+    readings: list[tuple[float, float]], limit: int, severity: str | None, to_oom: float | None
+) -> None:
+    finding = detect_leak(readings, job((None,), platform="gpu", limit=limit), None, 1.0)
+    assert (finding.severity if finding else None) == severity
+    if finding is not None:
+        assert finding.value == pytest.approx(to_oom)
+
+
+def test_leak_on_cpu_counts_down_host_memory() -> None:
+    readings = [(t * 5.0, 100 * MiB + t * 10 * MiB) for t in range(10)]
+    finding = detect_leak(readings, job((None,)), HOST, 1.0)
+    assert finding is not None and dict(finding.evidence)["host memory available"] == "1.0 GiB"
+
+
+def kinds(found: list) -> set[str]:  # type: ignore[type-arg]
+    return {f.kind for f in found}
+
+
+def test_setup() -> None:
+    no_steps = job(steps=StepStats(), programs=(Program("f", "jit_f"),))
+    assert kinds(detect_setup(no_steps, 61.0, 1.0)) == {"no_steps"}
+    assert kinds(detect_setup(no_steps, 30.0, 1.0)) == set()
+    assert kinds(detect_setup(job(), 100.0, 1.0)) == {"no_peak"}
+    peak = Utilization(peak_flops_per_second=1e12)
+    assert kinds(detect_setup(job(utilization=peak), 100.0, 1.0)) == {"no_model_flops"}
+    cold = CompileStats(cache_requests_total=30, cache_misses_total=30)
+    assert "cache_never_hits" in kinds(detect_setup(job(compile=cold), 100.0, 1.0))
+    assert all(f.severity == "info" for f in detect_setup(job(compile=cold), 100.0, 1.0))

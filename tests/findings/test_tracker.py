@@ -1,0 +1,89 @@
+"""The daemon's tracker: findings wait for steady state, keep their first-seen time, and a
+stall counts from when the daemon first saw the job (a restart is not a stall)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from xmon.findings.tracker import FindingsTracker
+from xmon.model import CompileStats, DeviceInfo, DeviceMemory, Job, JobDevice, StepStats
+from xmon.proto import xmon_pb2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def job(steps: int, busy: float = 0.1, compiles: int = 1) -> Job:
+    device = JobDevice(DeviceInfo(0, "cpu", "cpu"), DeviceMemory(), busy)
+    stats = StepStats(
+        steps_total=steps, p50_step_seconds=0.05, p90_step_seconds=0.05, steps_per_second=20.0
+    )
+    return Job(
+        job_name="j",
+        pid=7,
+        hostname="h",
+        platform="cpu",
+        jax_version="",
+        jaxlib_version="",
+        devices=(device,),
+        steps=stats,
+        compile=CompileStats(compiles_total=compiles),
+    )
+
+
+def kinds(jobs: tuple[Job, ...]) -> list[str]:
+    return [f.kind for f in jobs[0].findings if f.severity != "info"]
+
+
+def test_host_bound_waits_for_steady_state_and_keeps_its_since() -> None:
+    clock = Clock()
+    tracker = FindingsTracker(clock, wall=clock)
+    assert kinds(tracker.annotate((job(500),), {}, None)) == []  # steps seen before: not ours
+    clock.now += 1
+    assert kinds(tracker.annotate((job(505),), {}, None)) == []  # 5 steps seen
+    clock.now += 1
+    first = tracker.annotate((job(520),), {}, None)
+    assert kinds(first) == ["host_bound"]
+    clock.now += 1
+    later = tracker.annotate((job(540),), {}, None)
+    assert later[0].findings[0].since == first[0].findings[0].since
+    clock.now += 1  # a compile: quiet for a while
+    assert kinds(tracker.annotate((job(560, compiles=2),), {}, None)) == []
+
+
+def test_stall_counts_from_first_sight_and_carries_the_stacks() -> None:
+    clock = Clock()
+    tracker = FindingsTracker(clock, wall=clock)
+    report = xmon_pb2.AgentReport(stall=xmon_pb2.StallReport(stacks="Thread MainThread (1):\n"))
+    assert "stall" not in kinds(tracker.annotate((job(50, busy=0.9),), {7: report}, None))
+    clock.now += 25
+    (stalled,) = tracker.annotate((job(50, busy=0.9),), {7: report}, None)
+    assert [f.kind for f in stalled.findings][:1] == ["stall"]
+    assert stalled.findings[0].detail.startswith("Thread MainThread")
+
+
+def test_recompiled_functions_come_from_the_report() -> None:
+    report = xmon_pb2.AgentReport(
+        compile_functions=[
+            xmon_pb2.FunctionCompiles(
+                name="jit_step",
+                compiles_total=9,
+                steady_recompiles_total=8,
+                changes=["shape: arg 0"],
+            )
+        ]
+    )
+    (annotated,) = FindingsTracker().annotate((job(5, busy=0.9),), {7: report}, None)
+    assert [(f.kind, f.subject) for f in annotated.findings][0] == ("recompile", "jit_step")
+
+
+def test_gone_jobs_are_forgotten() -> None:
+    tracker = FindingsTracker()
+    tracker.annotate((job(5),), {}, None)
+    tracker.annotate((replace(job(5), pid=8),), {}, None)
+    assert list(tracker._jobs) == [8]

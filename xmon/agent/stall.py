@@ -1,0 +1,64 @@
+"""Every thread's Python stack, sent while the job has not finished a step for long.
+
+Taken by the agent's reporter thread with ``sys._current_frames()``: no signal reaches the job,
+and nothing runs on the stuck thread. The stall rule is xmon.findings.stall's, on the step
+timer's clock; stacks are read at most every ``REFRESH_SECONDS`` and the text is re-sent with
+each report while the stall lasts (the daemon keeps only the latest report).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+
+from xmon.agent.steps import StepTimer
+from xmon.findings.stall import stalled
+from xmon.proto import xmon_pb2
+
+MAX_STACK_BYTES = 64 * 1024
+MAX_FRAMES = 40  # innermost frames shown per thread
+REFRESH_SECONDS = 10.0
+
+
+class StallWatch:
+    def __init__(self, timer: StepTimer, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._timer = timer
+        self._clock = clock  # the step timer's clock
+        self._stacks = ""
+        self._taken_at: float | None = None
+
+    def report(self) -> xmon_pb2.StallReport | None:
+        """A StallReport while stalled, else None (and the cached stacks are dropped)."""
+        last_end, intervals = self._timer.last_step()
+        now = self._clock()
+        median = statistics.median(intervals) if intervals else None
+        if last_end is None or not stalled(now - last_end, median):
+            self._stacks, self._taken_at = "", None
+            return None
+        if self._taken_at is None or now - self._taken_at >= REFRESH_SECONDS:
+            self._stacks, self._taken_at = thread_stacks(), now
+        return xmon_pb2.StallReport(
+            seconds_since_step=now - last_end,
+            median_step_seconds=median or 0.0,
+            stacks=self._stacks,
+        )
+
+
+def thread_stacks(skip: int | None = None) -> str:
+    """Each thread's stack, main thread first, blocks separated by a blank line."""
+    me = threading.get_ident() if skip is None else skip
+    names = {t.ident: t.name for t in threading.enumerate()}
+    frames = sys._current_frames()
+    main = threading.main_thread().ident
+    order = sorted(frames, key=lambda ident: (ident != main, names.get(ident, "")))
+    blocks = []
+    for ident in order:
+        if ident == me:
+            continue
+        lines = traceback.format_stack(frames[ident])[-MAX_FRAMES:]
+        blocks.append(f"Thread {names.get(ident, '?')} ({ident}):\n" + "".join(lines).rstrip())
+    return "\n\n".join(blocks).encode()[:MAX_STACK_BYTES].decode(errors="ignore")

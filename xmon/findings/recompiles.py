@@ -1,0 +1,207 @@
+"""Recompilation: which function recompiles in steady state, and what changed between compiles.
+
+The agent describes each compile's arguments as text (:func:`argument_text`, from the avals and
+shardings jax lowered the program with) and keeps a :class:`FunctionTable`; the daemon's
+detector reads the table from the report. Nothing here imports jax: the agent and the daemon
+share these rules, so "steady state" means the same in the job's counters and in the finding.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from xmon.model import Finding
+
+WARMUP_STEPS = 3  # marked steps after which a recompile is a steady-state one
+UNMARKED_WARMUP_SECONDS = 30.0  # without markers: a recompile this long after the first compile
+MAX_FUNCTIONS = 1024  # functions the agent keeps a table row for
+MAX_REPORTED = 16  # functions sent in each report (the recompiled ones, worst first)
+MAX_CHANGES = 4
+MAX_ARGUMENTS = 32
+MAX_TEXT = 200
+STORM_WARNING = 3  # steady recompiles of one function that make a warning
+STORM_ERROR = 20
+
+# The kinds of change, in the order a diff reports them (the first found names the cause).
+FIXES = {
+    "shape": "Pad or bucket the argument to a few fixed shapes (e.g. round the length up to a "
+    "multiple of 128), or mark the dimension static and accept one compile per bucket.",
+    "dtype": "Cast the argument to one dtype before the call (e.g. x.astype(jnp.float32)).",
+    "weak_type": "Pass arrays, not Python scalars, or wrap the scalar once with "
+    "jnp.asarray(value, dtype) so its type does not flip between weak and strong.",
+    "sharding": "Give the argument the same sharding every call (jax.device_put with one "
+    "NamedSharding), or set in_shardings on the jit.",
+    "arguments": "Call the function with the same number and structure of arguments "
+    "(the same pytree) every time.",
+    "static": "A static argument or a closed-over value changes the program: pass it as a "
+    "traced argument, or keep its values to a few.",
+    "function": "The jitted function is a new object each call (a closure, lambda or "
+    "functools.partial rebuilt in the loop): create the jit once, outside the loop, and pass "
+    "the changing values as arguments.",
+}
+
+
+def is_steady(eager: bool, recompile: bool, steps_before: int, marked: bool, age: float) -> bool:
+    """Whether a compile counts as a steady-state recompile: a jitted function (not an eager
+    primitive) compiled again after warm-up (``WARMUP_STEPS`` marked steps; without markers,
+    ``UNMARKED_WARMUP_SECONDS`` after the function's first compile, ``age``)."""
+    if eager or not recompile:
+        return False
+    return steps_before >= WARMUP_STEPS if marked else age >= UNMARKED_WARMUP_SECONDS
+
+
+def argument_text(type_text: str, weak: bool, sharding: str | None) -> str:
+    """One argument as the table keeps it: ``float32[8,16]``, `` weak``, `` @sharding``."""
+    text = type_text + (" weak" if weak else "")
+    return (text + " @" + sharding if sharding else text)[:MAX_TEXT]
+
+
+def _split(argument: str) -> tuple[str, str, bool, str]:
+    """(dtype, shape, weak, sharding) of an :func:`argument_text`."""
+    head, _, sharding = argument.partition(" @")
+    weak = head.endswith(" weak")
+    type_text = head[: -len(" weak")] if weak else head
+    dtype, _, shape = type_text.partition("[")
+    return dtype, shape, weak, sharding
+
+
+def describe_change(before: tuple[str, ...], after: tuple[str, ...], same_program: bool) -> str:
+    """What changed between two compiles of a function, as ``"<kind>: <detail>"``."""
+    if len(before) != len(after):
+        return f"arguments: {len(before)} arguments before, {len(after)} now"
+    found: dict[str, list[str]] = {}
+    for index, (old, new) in enumerate(zip(before, after, strict=True)):
+        if old == new:
+            continue
+        kind = _first_difference(_split(old), _split(new))
+        found.setdefault(kind, []).append(f"arg {index} {old} -> {new}")
+    for kind in ("shape", "dtype", "weak_type", "sharding"):
+        if kind in found:
+            return f"{kind}: " + "; ".join(found[kind][:3])
+    if not same_program:
+        return (
+            "static: same arguments, a different program (a static argument or a "
+            "closed-over value changed)"
+        )
+    return "function: same arguments and the same program (the function object is new)"
+
+
+_PARTS = ("dtype", "shape", "weak_type", "sharding")
+
+
+def _first_difference(old: tuple[str, str, bool, str], new: tuple[str, str, bool, str]) -> str:
+    for kind, before, after in zip(_PARTS, old, new, strict=True):
+        if before != after:
+            return kind
+    return "shape"  # the texts differ in a way the parts do not show
+
+
+@dataclass
+class FunctionRow:
+    """One function's compiles, as the agent keeps them."""
+
+    name: str
+    eager: bool
+    first_compiled_at: float
+    last_compiled_at: float = 0.0
+    compiles_total: int = 0
+    steady_recompiles_total: int = 0
+    arguments: tuple[str, ...] = ()
+    fingerprint: str = ""
+    changes: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_CHANGES))
+
+
+class FunctionTable:
+    """Per-function compile history in the agent (the caller holds its lock)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, FunctionRow] = {}
+        self.steady_recompiles_total = 0
+        self.eager_compiles_total = 0
+
+    def record(
+        self,
+        name: str,
+        arguments: tuple[str, ...],
+        fingerprint: str,
+        eager: bool,
+        now: float,
+        steps_before: int,
+        marked: bool,
+    ) -> None:
+        row = self.rows.get(name)
+        if row is None:
+            if len(self.rows) >= MAX_FUNCTIONS:
+                return
+            row = self.rows[name] = FunctionRow(name, eager, now)
+        recompile = row.compiles_total > 0
+        if recompile:
+            row.changes.append(
+                describe_change(row.arguments, arguments, fingerprint == row.fingerprint)
+            )
+        age = now - row.first_compiled_at
+        if is_steady(eager, recompile, steps_before, marked, age):
+            row.steady_recompiles_total += 1
+            self.steady_recompiles_total += 1
+        self.eager_compiles_total += int(eager)
+        row.compiles_total += 1
+        row.last_compiled_at = now
+        row.arguments, row.fingerprint = arguments[:MAX_ARGUMENTS], fingerprint
+
+    def recompiled(self) -> list[FunctionRow]:
+        """The rows compiled more than once, most steady recompiles first (at most 16)."""
+        rows = [r for r in self.rows.values() if r.compiles_total > 1]
+        rows.sort(key=lambda r: (-r.steady_recompiles_total, -r.compiles_total, r.name))
+        return rows[:MAX_REPORTED]
+
+
+@dataclass(frozen=True)
+class FunctionCompiles:
+    """A recompiled function as the daemon reads it from a report."""
+
+    name: str
+    compiles_total: int
+    steady_recompiles_total: int
+    eager: bool = False
+    first_compiled_at: float = 0.0
+    last_compiled_at: float = 0.0
+    changes: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()
+
+
+def change_kind(change: str) -> str:
+    kind = change.partition(":")[0]
+    return kind if kind in FIXES else "static"
+
+
+def detect_recompiles(functions: tuple[FunctionCompiles, ...], since: float) -> list[Finding]:
+    """One finding per jitted function recompiled at least ``STORM_WARNING`` times in steady
+    state, naming what changed between its compiles."""
+    findings = []
+    for fn in functions:
+        count = fn.steady_recompiles_total
+        if fn.eager or count < STORM_WARNING:
+            continue
+        latest = fn.changes[-1] if fn.changes else "static: unknown"
+        kind = change_kind(latest)
+        evidence = (
+            ("steady-state recompiles", str(count)),
+            ("compiles", str(fn.compiles_total)),
+            *((f"change {i + 1}", c) for i, c in enumerate(fn.changes)),
+            ("latest arguments", ", ".join(fn.arguments) or "unknown"),
+        )
+        findings.append(
+            Finding(
+                kind="recompile",
+                severity="error" if count >= STORM_ERROR else "warning",
+                summary=f"{fn.name} recompiled {count} times in steady state: "
+                f"{kind.replace('_', ' ')} changes between calls",
+                since=since,
+                evidence=evidence,
+                fix=FIXES[kind],
+                subject=fn.name,
+                value=float(count),
+            )
+        )
+    return findings

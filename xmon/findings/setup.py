@@ -1,0 +1,103 @@
+"""Setup problems: numbers xmon cannot give for this job, and what to change so it can.
+
+These are ``info`` findings (the job itself is fine) except a persistent compilation cache
+that is asked often and never hits, which costs compile time on every start.
+"""
+
+from __future__ import annotations
+
+from xmon.model import Finding, Job
+
+NO_STEPS_AFTER_SECONDS = 60.0  # attached this long with programs and no step: say so
+CACHE_MIN_REQUESTS = 20
+
+
+def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
+    found = [
+        _no_steps(job, age_seconds, since),
+        _no_peak(job, since),
+        _no_model_flops(job, since),
+        _cache_never_hits(job, since),
+    ]
+    return [f for f in found if f is not None]
+
+
+def _no_steps(job: Job, age_seconds: float, since: float) -> Finding | None:
+    steps = job.steps
+    if steps.steps_total or steps.inferred or age_seconds < NO_STEPS_AFTER_SECONDS:
+        return None
+    if not job.programs:
+        return None  # nothing compiled yet: the job has not started its work
+    return Finding(
+        kind="no_steps",
+        severity="info",
+        summary="no step markers, and no repeated program to infer steps from",
+        since=since,
+        evidence=(
+            ("seconds attached", f"{age_seconds:.0f}"),
+            ("programs compiled", str(len(job.programs))),
+            ("ledger samples", str(job.ledger.samples)),
+        ),
+        fix="Mark the training step: `with xmon.step():` around it, `@xmon.step` on it, or "
+        "jax.profiler.StepTraceAnnotation. Step time, MFU, triggers and the stall finding "
+        "need steps.",
+    )
+
+
+def _no_peak(job: Job, since: float) -> Finding | None:
+    u = job.utilization
+    if not job.steps.steps_total or u.peak_flops_per_second is not None:
+        return None
+    kinds = sorted({d.info.device_kind for d in job.devices}) or ["unknown"]
+    return Finding(
+        kind="no_peak",
+        severity="info",
+        summary=f"no peak FLOP/s known for {', '.join(kinds)}: MFU and HFU are absent",
+        since=since,
+        evidence=(("device kind", ", ".join(kinds)),),
+        fix=f'Configure it: [peaks."{kinds[0]}"] flops_per_second = ... in the daemon config, '
+        "or XMON_PEAKS.",
+    )
+
+
+def _no_model_flops(job: Job, since: float) -> Finding | None:
+    steps = job.steps
+    if not steps.steps_total or steps.model_flops_per_step is not None:
+        return None
+    if job.utilization.peak_flops_per_second is None:
+        return None  # no_peak says more
+    return Finding(
+        kind="no_model_flops",
+        severity="info",
+        summary="MFU is absent: the job declares no model FLOPs per step (HFU is shown)",
+        since=since,
+        evidence=(("hardware FLOPs per step", _num(steps.flops_per_step)),),
+        fix="Declare them once: xmon.declare_model_flops(6 * n_params * tokens_per_step, "
+        "tokens_per_step=...) or xmon.step(flops=...).",
+    )
+
+
+def _cache_never_hits(job: Job, since: float) -> Finding | None:
+    c = job.compile
+    if c.cache_requests_total < CACHE_MIN_REQUESTS or c.cache_hits_total:
+        return None
+    return Finding(
+        kind="cache_never_hits",
+        severity="info",
+        summary=f"the persistent compilation cache was asked {c.cache_requests_total} times "
+        "and never hit",
+        since=since,
+        evidence=(
+            ("cache requests", str(c.cache_requests_total)),
+            ("cache hits", "0"),
+            ("cache misses", str(c.cache_misses_total)),
+        ),
+        fix="Normal on a first run. On later runs: programs compiled faster than "
+        "jax_persistent_cache_min_compile_time_secs (1 s) are never written; lower it, check "
+        "that jax_compilation_cache_dir is the same shared path on every run and host, and "
+        "that the jax version and flags do not change between runs.",
+    )
+
+
+def _num(value: float | None) -> str:
+    return f"{value:.4g}" if value is not None else "unknown"

@@ -1,0 +1,77 @@
+"""Stall / hang: no step has finished for ``max(STALL_FACTOR x median step, STALL_MIN_SECONDS)``.
+
+The agent applies the same rule to its own step clock and then sends every thread's Python
+stack (xmon.agent.stall); the daemon's detector measures the time since the job's step count
+last moved on its own clock, so a job whose agent is stuck too still shows the stall.
+"""
+
+from __future__ import annotations
+
+from xmon.model import Finding
+
+STALL_FACTOR = 10.0
+STALL_MIN_SECONDS = 20.0
+STALL_ERROR_FACTOR = 5.0  # this many thresholds without a step: an error
+
+
+def stall_threshold(median_step_seconds: float | None) -> float:
+    median = median_step_seconds or 0.0
+    return max(STALL_FACTOR * median, STALL_MIN_SECONDS)
+
+
+def stalled(seconds_since_step: float, median_step_seconds: float | None) -> bool:
+    return seconds_since_step > stall_threshold(median_step_seconds)
+
+
+def detect_stall(
+    seconds_since_step: float | None,
+    median_step_seconds: float | None,
+    steps_total: int,
+    since: float,
+    stacks: str = "",
+) -> Finding | None:
+    """A finding once a job that has stepped (``steps_total`` > 0) has not finished a step
+    for longer than the threshold; ``stacks`` are the agent's thread stacks, when sent."""
+    if steps_total <= 0 or seconds_since_step is None:
+        return None
+    threshold = stall_threshold(median_step_seconds)
+    if seconds_since_step <= threshold:
+        return None
+    error = seconds_since_step > STALL_ERROR_FACTOR * threshold
+    median = f"{median_step_seconds:.3g} s" if median_step_seconds else "unknown"
+    waiting = _innermost_wait(stacks)
+    return Finding(
+        kind="stall",
+        severity="error" if error else "warning",
+        summary=f"no step has finished for {seconds_since_step:.0f} s "
+        f"(median step {median})" + (f"; main thread in {waiting}" if waiting else ""),
+        since=since,
+        evidence=(
+            ("seconds since last step", f"{seconds_since_step:.1f}"),
+            ("median step seconds", median),
+            ("threshold seconds", f"{threshold:.1f}"),
+            ("steps finished", str(steps_total)),
+            ("thread stacks", "below" if stacks else "not sent by the agent"),
+        ),
+        fix="Read the main thread's stack below: a lock or queue wait (data loader, "
+        "checkpoint, another process in a collective), a blocking I/O call, or a device "
+        "computation that does not finish. py-spy dump --pid PID shows it again.",
+        value=seconds_since_step,
+        detail=stacks,
+    )
+
+
+def _innermost_wait(stacks: str) -> str | None:
+    """The innermost frame of the main thread's stack, e.g. 'threading.py:327 wait'."""
+    lines = stacks.split("\n\n")[0].splitlines() if stacks else []
+    if not lines or "MainThread" not in lines[0]:
+        return None
+    frames = [line.strip() for line in lines if line.strip().startswith("File ")]
+    if not frames:
+        return None
+    last = frames[-1]  # File "/usr/lib/python3.11/threading.py", line 327, in wait
+    try:
+        path, line, name = (part.strip() for part in last.split(",", 2))
+        return f"{path.split('/')[-1].rstrip(chr(34))}:{line.split()[-1]} {name.split()[-1]}"
+    except ValueError:
+        return None

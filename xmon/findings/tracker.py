@@ -1,0 +1,150 @@
+"""The daemon's findings: every detector run on each job it builds, with the history they need.
+
+One :class:`FindingsTracker` per daemon. Each tick it sees every job (and the latest report of
+its agent, for the recompiled functions and the stall stacks) and returns the jobs with their
+findings set. Findings that judge a rate wait for steady state: the daemon must itself have
+seen ``STEADY_STEPS`` steps arrive since the job attached or the daemon started, and no compile
+in the last ``QUIET_AFTER_COMPILE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from xmon.findings.host_bound import detect_host_bound
+from xmon.findings.memory import detect_leak, in_use_bytes
+from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
+from xmon.findings.setup import detect_setup
+from xmon.findings.stall import detect_stall
+from xmon.model import Finding, HostSample, Job
+from xmon.proto import xmon_pb2
+
+SEVERITIES = ("info", "warning", "error")
+STEADY_STEPS = 10
+QUIET_AFTER_COMPILE_SECONDS = 5.0
+MEMORY_READINGS = 64
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 0
+
+
+def worst_first(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    return tuple(sorted(findings, key=lambda f: (-severity_rank(f.severity), f.kind)))
+
+
+@dataclass
+class _History:
+    first_seen: float  # monotonic
+    steps_total: int
+    steps_changed_at: float
+    compiles_total: int
+    compile_changed_at: float
+    steps_seen: int = 0  # steps that arrived while this daemon watched
+    readings: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=MEMORY_READINGS)
+    )
+    since: dict[tuple[str, str | None], float] = field(default_factory=dict)
+
+
+class FindingsTracker:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock = clock
+        self._wall = wall
+        self._jobs: dict[int, _History] = {}
+
+    def annotate(
+        self,
+        jobs: tuple[Job, ...],
+        reports: Mapping[int, xmon_pb2.AgentReport | None],
+        host: HostSample | None,
+    ) -> tuple[Job, ...]:
+        """The jobs with their findings, worst first."""
+        live = {job.pid for job in jobs}
+        for pid in [p for p in self._jobs if p not in live]:
+            del self._jobs[pid]
+        return tuple(
+            dataclasses.replace(job, findings=self._judge(job, reports.get(job.pid), host))
+            for job in jobs
+        )
+
+    def _judge(
+        self, job: Job, report: xmon_pb2.AgentReport | None, host: HostSample | None
+    ) -> tuple[Finding, ...]:
+        now = self._clock()
+        history = self._observe(job, now)
+        found: list[Finding | None] = list(detect_recompiles(functions_of(report), since=0.0))
+        stacks = report.stall.stacks if report is not None and report.HasField("stall") else ""
+        found.append(
+            detect_stall(
+                now - history.steps_changed_at,
+                job.steps.p50_step_seconds,
+                job.steps.steps_total,
+                0.0,
+                stacks,
+            )
+        )
+        if self._steady(history, now):
+            found.append(detect_host_bound(job, 0.0))
+            found.append(detect_leak(tuple(history.readings), job, host, 0.0))
+        found.extend(detect_setup(job, now - history.first_seen, 0.0))
+        return worst_first(self._dated([f for f in found if f is not None], history))
+
+    def _observe(self, job: Job, now: float) -> _History:
+        steps, compiles = job.steps.steps_total, job.compile.compiles_total
+        history = self._jobs.get(job.pid)
+        if history is None or steps < history.steps_total:  # new job, or a restarted counter
+            # no compile seen yet: the steps-seen count alone gates the first judgement
+            history = _History(now, steps, now, compiles, now - QUIET_AFTER_COMPILE_SECONDS)
+            self._jobs[job.pid] = history
+        if steps != history.steps_total:
+            history.steps_seen += steps - history.steps_total
+            history.steps_total, history.steps_changed_at = steps, now
+            used = in_use_bytes(job)
+            if used is not None:
+                history.readings.append((now, float(used)))
+        if compiles != history.compiles_total:
+            history.compiles_total, history.compile_changed_at = compiles, now
+        return history
+
+    @staticmethod
+    def _steady(history: _History, now: float) -> bool:
+        return (
+            history.steps_seen >= STEADY_STEPS
+            and now - history.compile_changed_at >= QUIET_AFTER_COMPILE_SECONDS
+        )
+
+    def _dated(self, findings: list[Finding], history: _History) -> list[Finding]:
+        """Each finding with the wall time its (kind, subject) was first seen, continuously."""
+        wall = self._wall()
+        since = {
+            (f.kind, f.subject): history.since.get((f.kind, f.subject), wall) for f in findings
+        }
+        history.since = since
+        return [dataclasses.replace(f, since=since[(f.kind, f.subject)]) for f in findings]
+
+
+def functions_of(report: xmon_pb2.AgentReport | None) -> tuple[FunctionCompiles, ...]:
+    if report is None:
+        return ()
+    return tuple(
+        FunctionCompiles(
+            name=f.name,
+            compiles_total=f.compiles_total,
+            steady_recompiles_total=f.steady_recompiles_total,
+            eager=f.eager,
+            first_compiled_at=f.first_compiled_at,
+            last_compiled_at=f.last_compiled_at,
+            changes=tuple(f.changes),
+            arguments=tuple(f.arguments),
+        )
+        for f in report.compile_functions
+    )
