@@ -3,8 +3,8 @@
 Written with :mod:`xmon.exporters.tb_events` (a small synchronous event-file writer: no numpy,
 no thread per file) and ``tensorboard.compat.proto`` events (no TensorFlow). The job's traces
 land in the same run (``plugins/profile/``), so TensorBoard shows scalars and traces of a job
-together. A scalar's step is milliseconds since the job attached (monotonic per job, also across
-daemon restarts; TensorBoard's "relative" axis shows time).
+together. A scalar's step is the job's training step where it marks steps, else seconds since it
+attached; it never goes back (see :mod:`xmon.exporters.tb_steps`).
 
 The sink can fail (logdir not writable, disk full): the exporter then logs once, reports
 itself down in ``Snapshot.exporters``, drops its writers and tries again after
@@ -15,7 +15,6 @@ itself down in ``Snapshot.exporters``, drops its writers and tries again after
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from xmon.model import Device, ExporterHealth, Job, Snapshot
 
-from . import tb_events, tb_logdir
+from . import tb_events, tb_logdir, tb_steps
 
 log = logging.getLogger("xmon.exporters.tensorboard")
 
@@ -122,11 +121,7 @@ def scalar_event(wall_time: float, step: int, scalars: list[tuple[str, float]]) 
     return event_pb2.Event(wall_time=wall_time, step=step, summary=summary)
 
 
-def step_of(job: Job, wall_time: float) -> int:
-    """Milliseconds since the job attached (by the wall clock: the origin of a job's axis)."""
-    origin = job.started_at if job.started_at > 0 else 0.0
-    ms = (wall_time - origin) * 1000
-    return max(0, int(round(ms))) if math.isfinite(ms) else 0
+step_of = tb_steps.seconds_since_attach
 
 
 class TensorBoardExporter:
@@ -152,9 +147,10 @@ class TensorBoardExporter:
         self._retention = (max_bytes, max_age_seconds, retention_every_seconds)
         self._clock, self._wall = clock, wall
         self._writers: dict[tuple[str, int], tb_events.EventFile] = {}
-        # Each job's step origin: (step, snapshot monotonic) at its first point. Later steps
-        # advance by the monotonic clock, so a wall clock set back never makes them go back.
-        self._origins: dict[tuple[str, int], tuple[int, float]] = {}
+        # Each job's step axis (tb_steps): training steps or seconds advanced by the monotonic
+        # clock, so a wall clock set back never makes them go back.
+        self._axes: dict[tuple[str, int], tb_steps.RunAxis] = {}
+        self._described: dict[tuple[str, int], Path] = {}  # the file that says the axis
         # Retention ages by a wall clock anchored to the monotonic one at start: a clock set
         # forward by a month must not make an hour-old trace look a month old.
         self._anchor = (wall(), clock())
@@ -216,7 +212,8 @@ class TensorBoardExporter:
         live = {(job.job_name, job.pid) for job in snapshot.jobs}
         for key in [k for k in self._writers if k not in live]:
             self._close(key)  # the job has gone: its file is complete
-        self._origins = {k: v for k, v in self._origins.items() if k in live}
+        self._axes = {k: v for k, v in self._axes.items() if k in live}
+        self._described = {k: v for k, v in self._described.items() if k in live}
         self._written = {k: v for k, v in self._written.items() if k in live}
         self._rotated = {k: v for k, v in self._rotated.items() if k in live}
         for job in snapshot.jobs:
@@ -224,7 +221,7 @@ class TensorBoardExporter:
             if not scalars:
                 continue
             writer = self._writer(job)
-            event = scalar_event(snapshot.wall_time, self._step(job, snapshot), scalars)
+            event = scalar_event(snapshot.wall_time, self._step(job, snapshot, writer), scalars)
             writer.add_event(event)
             self._bound_job((job.job_name, job.pid), writer, event.ByteSize() + RECORD_FRAMING)
 
@@ -246,11 +243,27 @@ class TensorBoardExporter:
                 os.close(run_fd)
             self.rotations_total += 1
 
-    def _step(self, job: Job, snapshot: Snapshot) -> int:
+    def _step(self, job: Job, snapshot: Snapshot, writer: tb_events.EventFile) -> int:
+        """The point's step; the run's first point once its axis is known says which axis."""
         key = (job.job_name, job.pid)
-        origin = self._origins.setdefault(key, (step_of(job, snapshot.wall_time),
-                                                snapshot.monotonic))  # fmt: skip
-        return origin[0] + max(0, int(round((snapshot.monotonic - origin[1]) * 1000)))
+        axis = self._axes.get(key)
+        if axis is None:
+            axis = self._axes[key] = tb_steps.resume(job, self._last_written(job, writer))
+        elif axis.started_at != job.started_at:  # restarted under the same pid: continue after
+            axis = self._axes[key] = tb_steps.RunAxis(job.started_at, axis.floor, axis.floor)
+        step, _ = axis.step(job, snapshot)
+        if axis.mode is not None and self._described.get(key) != writer.path:
+            writer.add_event(tb_steps.axis_event(snapshot.wall_time, step, axis.mode))
+            self._described[key] = writer.path
+        return step
+
+    def _last_written(self, job: Job, writer: tb_events.EventFile) -> tb_steps.Written:
+        name = tb_logdir.run_name(job.job_name, job.pid)
+        run_fd = tb_logdir.open_run_dir(self.logdir, name)  # never through a link
+        try:
+            return tb_steps.last_written(run_fd, FILE_SUFFIX, skip=writer.path.name)
+        finally:
+            os.close(run_fd)
 
     def _now(self) -> float:
         wall, monotonic = self._anchor
