@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xmon.cli import flags
+from xmon.cli.safe_text import command, printable
+from xmon.cli.safe_text import lines as safe_lines
 
 if TYPE_CHECKING:
     from xmon.client import CaptureResult
@@ -70,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
                 log_dir=args.logdir, memory=args.memory,
             )  # fmt: skip
     except (DaemonUnavailable, RequestFailed) as exc:
-        print(f"xmon capture: {exc}", file=sys.stderr)
+        print(printable(f"xmon capture: {exc}"), file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(_as_json(result), indent=1))
@@ -82,12 +84,12 @@ def main(args: argparse.Namespace) -> int:
 def open_commands(kind: str, log_dir: str, paths: tuple[str, ...]) -> list[str]:
     """The exact commands that open a capture."""
     if kind == "memory":
-        return [f"pprof -http=localhost:8080 {p}" for p in paths[:1]] + [
-            f"go tool pprof -http=localhost:8080 {p}" for p in paths[:1]
+        return [command("pprof", "-http=localhost:8080", p) for p in paths[:1]] + [
+            command("go", "tool", "pprof", "-http=localhost:8080", p) for p in paths[:1]
         ]
     return [
-        f"xprof server --logdir {log_dir} --port 8791",
-        f"tensorboard --logdir {log_dir}",
+        command("xprof", "server", "--logdir", log_dir, "--port", "8791"),
+        command("tensorboard", "--logdir", log_dir),
     ]
 
 
@@ -107,8 +109,9 @@ def describe(r: CaptureResult) -> str:
     lines.append("open it with one of:")
     lines += [f"  {c}" for c in open_commands(r.kind, r.log_dir, r.paths)]
     if r.kind == "trace":
-        lines.append(f"  (xprof < 2.24: xprof --logdir {r.log_dir} --port 8791)")
-    return "\n".join(lines)
+        old = command("xprof", "--logdir", r.log_dir, "--port", "8791")
+        lines.append(f"  (xprof < 2.24: {old})")
+    return safe_lines(lines)  # paths and messages come from the job
 
 
 def _as_json(result: CaptureResult) -> dict[str, object]:

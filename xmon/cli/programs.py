@@ -12,6 +12,7 @@ from pathlib import Path
 from xmon import units
 from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
 from xmon.cli import flags
+from xmon.cli.safe_text import printable
 
 COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS", "LOOPS", "BYTES",
            "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S",
@@ -55,7 +56,8 @@ def main(args: argparse.Namespace) -> int:
         with DaemonClient(Path(args.socket) if args.socket else None) as client:
             if args.hlo is not None:
                 hlo = client.get_hlo(args.hlo, job_name=args.job, job_pid=args.pid)
-                sys.stdout.write(hlo.text if hlo.text.endswith("\n") else hlo.text + "\n")
+                text = printable(hlo.text, keep="\n\t")  # the job's text: no escapes reach the tty
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
                 return 0
             snapshot = client.get_snapshot()
     except (DaemonUnavailable, RequestFailed) as exc:
@@ -72,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     elif not selected:
         print("no compiled programs yet" if jobs else "no job is attached to the daemon")
     else:
-        print(render_table(selected, wide=args.wide))
+        print(printable(render_table(selected, wide=args.wide), keep="\n"))
         print(flops_note(selected))
         print(executions_note(selected))
     return 0
@@ -101,7 +103,7 @@ def executions_note(items: list[ProgramRow]) -> str:
 
 
 def _fail(message: str) -> int:
-    print(f"xmon programs: {message}", file=sys.stderr)
+    print(printable(f"xmon programs: {message}"), file=sys.stderr)
     return 1
 
 
