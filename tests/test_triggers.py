@@ -12,6 +12,8 @@ import pytest
 
 from xmon.daemon.triggers import TriggerEngine, TriggerRules
 from xmon.model import (
+    AgentHealth,
+    CompileStats,
     DaemonStats,
     DeviceInfo,
     DeviceMemory,
@@ -34,11 +36,14 @@ class Clock:
         return self.now
 
 
-def job(steps: tuple[float, ...], total: int | None = None, pid: int = 7, **memory: int) -> Job:
+def job(steps: tuple[float, ...], total: int | None = None, pid: int = 7, compiles: int = 0,
+        samples: int = 0, **memory: int) -> Job:  # fmt: skip
     device = JobDevice(DeviceInfo(0, "gpu", "H100"), DeviceMemory(**memory))
     stats = StepStats(steps_total=len(steps) if total is None else total, window=steps[-64:])
     return Job(job_name="j", pid=pid, hostname="h", platform="gpu", jax_version="",
-               jaxlib_version="", devices=(device,), steps=stats)  # fmt: skip
+               jaxlib_version="", devices=(device,), steps=stats,
+               compile=CompileStats(compiles_total=compiles),
+               agent=AgentHealth(ledger_samples_total=samples))  # fmt: skip
 
 
 def snap(*jobs: Job) -> Snapshot:
@@ -53,14 +58,22 @@ def steady(n: int) -> tuple[float, ...]:
     return tuple(0.1 + 0.001 * (i % 5) for i in range(n))
 
 
+def warmed(engine: TriggerEngine, n: int = 20) -> tuple[float, ...]:
+    """Steps the engine saw at first sight, then ``RULES.min_steps`` it saw arrive."""
+    history = steady(n)
+    assert engine.evaluate(snap(job(history))) == []  # first sight: history only
+    history += steady(RULES.min_steps)
+    assert engine.evaluate(snap(job(history))) == []
+    return history
+
+
 def test_slow_step_fires_once_with_its_reason() -> None:
     engine = TriggerEngine(RULES, Clock())
-    history = steady(20)
-    assert engine.evaluate(snap(job(history))) == []  # first sight: history only
-    history += (0.11, 0.5)
+    history = warmed(engine)
+    history += (0.11, 1.5)
     [fire] = engine.evaluate(snap(job(history)))
     assert (fire.trigger, fire.pid, fire.memory) == ("step_time", 7, False)
-    assert re.match(r"step took 0\.5 s, 4\.9 x the median 0\.102 s of recent steps "
+    assert re.match(r"step took 1\.5 s, 14\.\d x the median 0\.102 s of recent steps "
                     r"\(rule: > 3 x\)", fire.reason), fire.reason  # fmt: skip
     history += (0.9,)
     assert engine.evaluate(snap(job(history))) == [], "rate-limited"
@@ -81,11 +94,10 @@ def test_steady_steps_and_start_up_do_not_fire() -> None:
 def test_rate_limit_expires_and_busy_jobs_are_skipped() -> None:
     clock = Clock()
     engine = TriggerEngine(RULES, clock)
-    history = steady(20)
-    engine.evaluate(snap(job(history)))
-    history += (1.0,)
+    history = warmed(engine)
+    history += (2.0,)
     assert engine.evaluate(snap(job(history)), busy={7}) == [], "already capturing"
-    history += (1.0,)
+    history += (2.0,)
     assert len(engine.evaluate(snap(job(history)))) == 1
     clock.now += 61
     history += (2.0,)
@@ -95,9 +107,46 @@ def test_rate_limit_expires_and_busy_jobs_are_skipped() -> None:
 def test_many_steps_between_snapshots_are_all_checked() -> None:
     engine = TriggerEngine(RULES, Clock())
     engine.evaluate(snap(job(steady(20))))
-    burst = steady(20) + (0.1,) * 10 + (0.8,) + (0.1,) * 10
+    burst = steady(20) + (0.1,) * 10 + (1.8,) + (0.1,) * 10
     [fire] = engine.evaluate(snap(job(burst)))
-    assert "0.8 s" in fire.reason
+    assert "1.8 s" in fire.reason
+
+
+def test_a_moderate_regression_fires_only_when_it_persists() -> None:
+    engine = TriggerEngine(RULES, Clock())
+    history = warmed(engine)
+    history += (0.5,)
+    assert engine.evaluate(snap(job(history))) == [], "one 5x step: a hiccup"
+    history += (0.1, 0.5)
+    assert engine.evaluate(snap(job(history))) == []
+    history += (0.5,)
+    [fire] = engine.evaluate(snap(job(history)))
+    assert fire.reason.endswith("(rule: > 3 x, 3 slow steps of the last few)"), fire.reason
+
+
+def test_inherited_steps_are_never_judged() -> None:
+    """A daemon restart (or a fresh attach) sees a job mid-run: nothing fires until it has
+    watched ``min_steps`` steps arrive itself."""
+    engine = TriggerEngine(RULES, Clock())
+    history = steady(60) + (9.0,)
+    assert engine.evaluate(snap(job(history))) == []
+    for _ in range(RULES.min_steps - 2):
+        history += (0.1,)
+        assert engine.evaluate(snap(job(history))) == []
+    history += (9.0,)
+    assert engine.evaluate(snap(job(history))) == [], "9 of the 10 steps seen"
+
+
+@pytest.mark.parametrize("mark", ["compiles", "samples"])
+def test_steps_after_a_compile_or_a_ledger_sample_are_not_judged(mark: str) -> None:
+    engine = TriggerEngine(RULES, Clock())
+    history = warmed(engine)
+    history += (5.0,)
+    assert engine.evaluate(snap(job(history, **{mark: 1}))) == [], "the compiling step"
+    history += (5.0,)
+    assert engine.evaluate(snap(job(history, **{mark: 1}))) == [], "the step after it"
+    history += (0.1, 5.0)
+    assert len(engine.evaluate(snap(job(history, **{mark: 1})))) == 1
 
 
 def test_memory_rule_needs_a_limit() -> None:

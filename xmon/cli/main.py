@@ -38,6 +38,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "xmon.cli.top",
     ),
     "ls": ("list this host's TPUs and GPUs (like neuron-ls / tpu-info)", "xmon.cli.ls"),
+    "doctor": ("diagnose the attached jobs: each finding's evidence and fix", "xmon.cli.doctor"),
     "install-service": (
         "install the daemon as a hardened systemd service",
         "xmon.cli.install_service",

@@ -1,7 +1,12 @@
 """Triggered captures: rules evaluated on every snapshot, rate-limited per job and rule.
 
 * ``step_time``: a new step took more than ``factor`` x the median of the job's recent steps
-  (after ``min_steps`` steps, so compilation at start-up does not count) -> trace.
+  -> trace. Only in steady state: the engine must itself have seen ``min_steps`` steps arrive
+  since the job attached or the daemon started (a restart never judges the steps it inherits),
+  steps that arrive with a new compile or an execution-ledger sample (the profiler's start
+  slows the step it lands in) and the next ``QUIET_STEPS`` are not judged, and the regression
+  must persist (``persist_steps`` slow steps among the last ``PERSIST_WINDOW`` judged) or be
+  extreme (``extreme_factor`` x the median).
 * ``memory``: a device's PJRT allocator holds more than ``ratio`` of its ``bytes_limit``
   -> device memory profile. Devices without a limit (CPU) never fire.
 
@@ -22,6 +27,8 @@ from xmon.model import Job, Snapshot
 from xmon.profiling_config import ProfilingConfig
 
 HISTORY = 256  # step durations the median is taken over
+QUIET_STEPS = 2  # steps not judged after a compile or a ledger sample
+PERSIST_WINDOW = 8  # judged steps the persistence rule looks back over
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,8 @@ class TriggerRules:
     memory_ratio: float | None = 0.95  # None: rule off
     trace_seconds: float = 2.0
     min_interval_seconds: float = 600.0
+    persist_steps: int = 3  # slow steps among the last PERSIST_WINDOW judged ones
+    extreme_factor: float = 10.0  # one step this slow (or ``factor``, if higher) is enough
 
     @classmethod
     def from_config(cls, config: ProfilingConfig) -> TriggerRules:
@@ -62,6 +71,10 @@ class _History:
     steps_total: int | None = None
     durations: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     last_fire: dict[str, float] = field(default_factory=dict)
+    seen: int = 0  # steps that arrived while this engine watched
+    quiet_until: int = 0  # steps_total up to which steps are not judged
+    marks: tuple[int, int] | None = None  # (compiles, ledger samples) at the last snapshot
+    slow: deque[bool] = field(default_factory=lambda: deque(maxlen=PERSIST_WINDOW))
 
 
 class TriggerEngine:
@@ -96,28 +109,43 @@ class TriggerEngine:
     def _slow_step(self, job: Job, history: _History) -> tuple[str, str] | None:
         """Check the steps that are new since the last snapshot, then add them to history."""
         total, window = job.steps.steps_total, job.steps.window
+        marks = (job.compile.compiles_total, job.agent.ledger_samples_total)
         if history.steps_total is None or total < history.steps_total:
-            history.steps_total = total
-            history.durations.extend(window)
+            history.steps_total, history.seen, history.marks = total, 0, marks
+            history.durations.extend(window)  # a baseline only: these steps are never judged
             return None
         new = total - history.steps_total
         history.steps_total = total
+        history.seen += max(0, new)
+        if marks != history.marks:  # a compile or a profiler session: its steps are slow
+            history.marks, history.quiet_until = marks, total + QUIET_STEPS
         fresh = window[-new:] if 0 < new <= len(window) else (window if new > 0 else ())
         factor = self.rules.step_time_factor
         # New steps are judged against the steps before them, one median per snapshot: a job
         # reporting hundreds of steps a tick must not cost a sort per step.
-        enough = factor is not None and len(history.durations) >= self.rules.min_steps
+        judged = total > history.quiet_until and history.seen >= self.rules.min_steps
+        enough = factor is not None and judged and len(history.durations) >= self.rules.min_steps
         median = (percentile(history.durations, 50) or 0.0) if enough and fresh else 0.0
         history.durations.extend(fresh)
         if factor is None or median <= 0 or not fresh:
             return None
+        return self._judge(history, fresh, median, factor)
+
+    def _judge(
+        self, history: _History, fresh: tuple[float, ...], median: float, factor: float
+    ) -> tuple[str, str] | None:
+        history.slow.extend(seconds > factor * median for seconds in fresh)
         seconds = max(fresh)
-        if seconds <= factor * median:
-            return None
         ratio = seconds / median
+        extreme = ratio > max(self.rules.extreme_factor, factor)
+        persists = sum(history.slow) >= self.rules.persist_steps
+        if ratio <= factor or not (extreme or persists):
+            return None
+        history.slow.clear()
+        why = "" if extreme else f", {self.rules.persist_steps} slow steps of the last few"
         return "step_time", (
             f"step took {seconds:.3g} s, {ratio:.1f} x the median {median:.3g} s of recent steps "
-            f"(rule: > {factor:g} x)"
+            f"(rule: > {factor:g} x{why})"
         )
 
     def _memory(self, job: Job) -> tuple[str, str] | None:
