@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -224,11 +224,11 @@ async def _write_until_ending(
     context: grpc.aio.ServicerContext,
     link: AgentLink,
     reader: asyncio.Task[None],
-    ending: asyncio.Future[object],
+    ending: asyncio.Future[Any],
 ) -> None:
     while True:
         getter = asyncio.ensure_future(link.outbox.get())
-        waits = {getter, reader, ending}
+        waits: set[asyncio.Future[Any]] = {getter, reader, ending}
         done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         if getter not in done:
             getter.cancel()
