@@ -88,12 +88,21 @@ JOBS = (
           "warning", f"Step time regressed: {WHO}",
           "The median step time of the last 10 minutes is {{ $value | humanizeDuration }}, "
           "over 25% above the job's median of the last 6 hours."),
+    # Steady-state recompiles only: eager primitives compiled at many shapes while a model
+    # initialises, and the warm-up compiles of the first steps, are no storm.
     Alert("XmonCompileStorm",
-          "increase(xmon_job_recompiles_total[10m]) > 10",
-          ("increase(xmon_job_recompiles_total[10m])",), "5m", "warning",
+          "increase(xmon_job_steady_recompiles_total[10m]) > 10",
+          ("increase(xmon_job_steady_recompiles_total[10m])",), "5m", "warning",
           f"Compile storm: {WHO}",
-          "{{ $value | humanize }} recompiles in 10 minutes: new shapes, dtypes or static "
-          "arguments keep triggering XLA compiles (see the job view's Compiles row)."),
+          "{{ $value | humanize }} steady-state recompiles in 10 minutes: new shapes, dtypes, "
+          "weak types, shardings, static arguments or a rebuilt function keep triggering XLA "
+          "compiles (`xmon doctor` names the function and what changed)."),
+    Alert("XmonMemoryLeak",
+          'max by (instance, job, job_name, pid) (xmon_job_finding{kind="memory_leak"}) > 0',
+          ('xmon_job_finding{kind="memory_leak"}',), "10m", "warning",
+          f"Memory growing step after step: {WHO}",
+          "Bytes in use at step boundaries have grown along a straight line for 10 minutes; "
+          "`xmon doctor` shows the growth per second and the time left until out of memory."),
     Alert("XmonJobStalled",
           f"rate(xmon_job_steps_total[10m]) == 0 and {JOB_KEY} xmon_job_steps_total > 0",
           ("rate(xmon_job_steps_total[10m])", "xmon_job_steps_total"), "10m", "critical",

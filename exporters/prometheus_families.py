@@ -24,6 +24,7 @@ from xmon.metrics import LABEL_VALUE_MAX, METRICS, REFUSAL_BOUNDS, SPEC_BY_NAME,
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
 
 from .prometheus_execution import add_ledger_series, add_step_series
+from .prometheus_findings import add_finding_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import add_program_series
@@ -238,6 +239,7 @@ def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
     add_step_series(b, job, key)
     _job_process_and_agent(b, job, key)
     add_ledger_series(b, job, key)
+    add_finding_series(b, job, key)
 
 
 def _job_devices(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:

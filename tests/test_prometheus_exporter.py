@@ -39,6 +39,7 @@ from xmon.model import (
     DeviceMemory,
     DeviceProcess,
     ExporterHealth,
+    Finding,
     HardwareCounters,
     HostSample,
     Job,
@@ -98,12 +99,14 @@ def train_job(n_programs: int = 60) -> Job:
         compile=CompileStats(compiles_total=7, recompiles_total=2,
                              backend_compile_seconds_total=3.5, trace_seconds_total=0.5,
                              lowering_seconds_total=1.0, cache_requests_total=7,
-                             cache_hits_total=3, cache_misses_total=4),
+                             cache_hits_total=3, cache_misses_total=4,
+                             steady_recompiles_total=1, eager_compiles_total=3),
         programs=tuple(program(i) for i in range(n_programs)),
         steps=StepStats(steps_total=100, step_seconds_total=50.0, last_step_seconds=0.5,
                         p50_step_seconds=0.5, p90_step_seconds=0.6, p99_step_seconds=0.9,
                         steps_per_second=2.0, flops_per_step=1e12, bytes_per_step=1e9,
-                        model_flops_per_step=6e11, tokens_per_step=4096.0),
+                        model_flops_per_step=6e11, tokens_per_step=4096.0,
+                        seconds_since_last_step=0.3),
         utilization=Utilization(
             achieved_flops_per_second=2e12, achieved_bytes_per_second=2e9,
             achieved_model_flops_per_second=1.2e12, peak_flops_per_second=4e12,
@@ -117,6 +120,9 @@ def train_job(n_programs: int = 60) -> Job:
                            last_sample_at=1_700_000_190.0, parse_errors_total=1),
         captures=(CaptureCount("trace", "step_time", 2, 1, 1_700_000_150.0, "slow step",
                                ("/tb/train-1000/plugins/profile/s/node0.xplane.pb",)),),
+        findings=(Finding("recompile", "warning", "jit_a recompiled", 1.0, subject="jit_a"),
+                  Finding("recompile", "warning", "jit_b recompiled", 1.0, subject="jit_b"),
+                  Finding("no_peak", "info", "no peak", 1.0)),
     )  # fmt: skip
 
 

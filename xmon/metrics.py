@@ -114,6 +114,20 @@ _JOB_METRICS = (
        JOB, "", "Job.compile.compiles_total"),
     _c("xmon_job_recompiles_total", "Compiles of a function compiled before (new shapes, dtypes "
        "or static arguments).", JOB, "", "Job.compile.recompiles_total"),
+    _c("xmon_job_steady_recompiles_total", "Recompiles of a jitted function once the job is past "
+       "warm-up (3 marked steps; without markers 30 s after the function's first compile); eager "
+       "primitives never count. What the storm alert uses.",
+       JOB, "", "Job.compile.steady_recompiles_total"),
+    _c("xmon_job_eager_compiles_total", "Compiles of eager primitives (jnp calls outside any "
+       "jit), told apart from the job's own jitted functions.",
+       JOB, "", "Job.compile.eager_compiles_total"),
+    _g("xmon_job_finding", "Findings of this kind and severity the daemon holds for the job "
+       "(xmon doctor shows their evidence and fix; docs/doctor.md): kind is recompile, stall, "
+       "host_bound, memory_leak, no_steps, no_peak, no_model_flops or cache_never_hits.",
+       (*JOB, "kind", "severity"), "", "Job.findings[]"),
+    _g("xmon_job_seconds_since_last_step", "Seconds since the job's step count last moved, on "
+       "the daemon's clock (counted from when the daemon first saw the job). Absent before the "
+       "first step.", JOB, "seconds", "Job.steps.seconds_since_last_step"),
     _c("xmon_job_compile_seconds_total", "Seconds spent compiling, by phase: trace "
        "(jaxpr_trace_duration), lowering (jaxpr_to_mlir_module_duration), backend "
        "(backend_compile_duration).", (*JOB, "phase"), "seconds", "Job.compile.*_seconds_total"),

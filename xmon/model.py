@@ -275,6 +275,9 @@ class StepStats:
     # does without step annotations). Markers win when present.
     inferred: bool = False
     inferred_from: str | None = None  # that program's name
+    # On the daemon's clock since steps_total last moved (xmon.findings.tracker); None before
+    # the first step.
+    seconds_since_last_step: float | None = None
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,16 @@ class FindingsTracker:
         live = {job.pid for job in jobs}
         for pid in [p for p in self._jobs if p not in live]:
             del self._jobs[pid]
-        return tuple(
-            dataclasses.replace(job, findings=self._judge(job, reports.get(job.pid), host))
-            for job in jobs
-        )
+        return tuple(self._annotated(job, reports.get(job.pid), host) for job in jobs)
+
+    def _annotated(
+        self, job: Job, report: xmon_pb2.AgentReport | None, host: HostSample | None
+    ) -> Job:
+        findings = self._judge(job, report, host)
+        history = self._jobs[job.pid]
+        since_step = self._clock() - history.steps_changed_at if job.steps.steps_total else None
+        steps = dataclasses.replace(job.steps, seconds_since_last_step=since_step)
+        return dataclasses.replace(job, findings=findings, steps=steps)
 
     def _judge(
         self, job: Job, report: xmon_pb2.AgentReport | None, host: HostSample | None
