@@ -1,0 +1,116 @@
+"""The pathology suite's JAX jobs: each runs until its stop file appears (or 180 s pass).
+
+CPU note: XLA's CPU collectives can stall on a small host with several virtual devices, so
+no job reduces across devices.
+"""
+
+from __future__ import annotations
+
+HEADER = r"""
+import functools, os, threading, time
+import jax, jax.numpy as jnp
+import xmon
+
+STOP = os.environ["JOB_STOP"]
+DEADLINE = time.monotonic() + 180
+
+
+def running():
+    return not os.path.exists(STOP) and time.monotonic() < DEADLINE
+"""
+
+# The input grows by one element each step: a compile per step, "shape" the cause.
+GROWING_SHAPE = (
+    HEADER
+    + r"""
+@jax.jit
+def train_step(x):
+    return (x * 2.0).sum()
+
+n = 8
+while running():
+    with xmon.step():
+        train_step(jnp.ones((n,))).block_until_ready()
+    n += 1
+    time.sleep(0.05)
+"""
+)
+
+# A new functools.partial each step: the same arguments and the same program, compiled again.
+PARTIAL_REBUILT = (
+    HEADER
+    + r"""
+def scaled_loss(scale, x):
+    return (x * scale).sum()
+
+x = jnp.ones((16,))
+while running():
+    with xmon.step():
+        jax.jit(functools.partial(scaled_loss, 2.0))(x).block_until_ready()
+    time.sleep(0.05)
+"""
+)
+
+# Steps, then the main thread waits forever on a lock no one releases.
+STALL_IN_LOCK = (
+    HEADER
+    + r"""
+@jax.jit
+def train_step(x):
+    return x + 1.0
+
+lock = threading.Lock()
+lock.acquire()
+
+def wait_for_the_loader():
+    lock.acquire()
+
+x = jnp.ones((8,))
+for _ in range(30):
+    with xmon.step():
+        x = train_step(x)
+        x.block_until_ready()
+    time.sleep(0.05)
+wait_for_the_loader()
+"""
+)
+
+# Each step is a tiny computation and 50 ms of host work: the device waits.
+HOST_BOUND = (
+    HEADER
+    + r"""
+@jax.jit
+def train_step(x):
+    return x + 1.0
+
+x = jnp.ones((8,))
+while running():
+    with xmon.step():
+        time.sleep(0.05)  # the input pipeline
+        x = train_step(x)
+        x.block_until_ready()
+"""
+)
+
+# Eager initialisation at several shapes (many small compiles), then a compute-bound step.
+HEALTHY = (
+    HEADER
+    + r"""
+key = jax.random.key(0)
+params = [jax.random.normal(key, (s, s)) for s in (32, 48, 64, 80, 96)]
+biases = [jnp.zeros((s,)) + 1 for s in (32, 48, 64, 80, 96)]
+
+@jax.jit
+def train_step(w, x):
+    for _ in range(6):
+        x = jnp.tanh(x @ w)
+    return x
+
+w = jax.random.normal(key, (384, 384)) / 20
+x = jax.random.normal(key, (384, 384))
+while running():
+    with xmon.step():
+        x = train_step(w, x)
+        x.block_until_ready()
+"""
+)
