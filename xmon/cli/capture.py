@@ -11,8 +11,12 @@ import dataclasses
 import json
 import re
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from xmon.cli import flags
 from xmon.cli.safe_text import command, printable
@@ -66,7 +70,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"xmon capture: --duration: {exc}", file=sys.stderr)
         return 2
     try:
-        with DaemonClient(Path(args.socket) if args.socket else None) as client:
+        with (
+            DaemonClient(Path(args.socket) if args.socket else None) as client,
+            progress(sys.stderr, 0.0 if args.memory else duration),
+        ):
             result = client.capture(
                 job_name=args.job, job_pid=args.pid, duration_s=duration,
                 log_dir=args.logdir, memory=args.memory,
@@ -79,6 +86,45 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(describe(result))
     return 0
+
+
+def progress_line(elapsed: float, duration: float) -> str:
+    """What a capture is doing ``elapsed`` seconds after the request, and why it waits."""
+    if duration <= 0:
+        return f"saving the device memory profile … {elapsed:.0f} s"
+    if elapsed < duration:
+        return f"tracing … {elapsed:.0f} s of {duration:g} s"
+    return (
+        f"writing the trace … {elapsed:.0f} s (the job exports what it recorded; "
+        "slower while its host is busy)"
+    )
+
+
+@contextmanager
+def progress(out: TextIO, duration: float, every: float = 0.5) -> Iterator[None]:
+    """Show the capture's progress on ``out`` while the request waits: one line, rewritten in
+    place on a terminal; elsewhere a first line only, so logs do not fill with it."""
+    start, done = time.monotonic(), threading.Event()
+    if not out.isatty():
+        print(progress_line(0.0, duration).split(" …")[0] + " …", file=out, flush=True)
+        yield
+        return
+
+    def show() -> None:
+        while not done.wait(every):
+            line = progress_line(time.monotonic() - start, duration)
+            out.write("\r\x1b[K" + line)
+            out.flush()
+
+    thread = threading.Thread(target=show, name="xmon-capture-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        out.write("\r\x1b[K")
+        out.flush()
 
 
 def open_commands(kind: str, log_dir: str, paths: tuple[str, ...]) -> list[str]:
