@@ -7,6 +7,8 @@ of agent streams; state is only touched from that loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gzip
 import itertools
 import json
 import logging
@@ -18,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from xmon import __version__
+from xmon.daemon.bounds import StateBudget
 from xmon.daemon.hello import hello_refusal
 from xmon.daemon.jobs import JobState, clean_label
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
 from xmon.daemon.sanitize import scrub
-from xmon.model import Snapshot, snapshot_to_dict
+from xmon.model import Job, Snapshot, snapshot_to_dict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 if TYPE_CHECKING:
@@ -35,6 +38,9 @@ SUPPORTED_PROTOCOLS = frozenset({1})
 HELLO_TIMEOUT_SECONDS = 10.0
 FRESH_TIMEOUT_FACTOR = 3  # periods a GetSnapshot(fresh=True) waits, plus 5 s of collectors
 SUBSCRIBER_BUFFER = 2
+# Snapshots for views are gzip-compressed from this size on (JSON shrinks about tenfold), so a
+# large one still fits in a message; smaller ones cost no compression.
+GZIP_FROM_BYTES = 256 * 1024
 
 
 @dataclass
@@ -50,6 +56,13 @@ class Hub:
 
     period_seconds: float
     max_agents: int = 1024
+    max_connections: int = 4096  # open streams (agents and views); see xmon.daemon.bounds
+    max_subscribers: int = 64
+    subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
+    hello_timeout_seconds: float = HELLO_TIMEOUT_SECONDS
+    max_message_bytes: int = 16 * 1024 * 1024  # largest snapshot message sent to a view
+    budget: StateBudget = field(default_factory=StateBudget)
+    streams: int = 0  # open streams of both services
     jobs: dict[int, JobState] = field(default_factory=dict)
     counters: IngestCounters = field(default_factory=IngestCounters)
     snapshot: Snapshot | None = None
@@ -64,6 +77,9 @@ class Hub:
     )
     ledger_reader: LedgerReader = field(default_factory=LedgerReader)
 
+    def __post_init__(self) -> None:
+        self.ledger_reader.refused = self.budget.refused  # one table of refusals
+
     def next_id(self) -> int:
         return next(self._ids)
 
@@ -71,6 +87,21 @@ class Hub:
         """The daemon is stopping: end every agent stream cleanly (see ``AgentLink.ending``)."""
         for link in self.links.values():
             link.ending.set()
+
+    def drop_job(self, stream_id: int) -> JobState | None:
+        """Forget a job; its memory no longer counts against the daemon's bound."""
+        state = self.jobs.pop(stream_id, None)
+        if state is not None:
+            state.release()
+        return state
+
+    def open_stream(self) -> bool:
+        """Count a new stream; False (and counted as refused) past ``max_connections``."""
+        if self.streams >= self.max_connections:
+            self.budget.refuse("connections")
+            return False
+        self.streams += 1
+        return True
 
     def begin_collect(self) -> int:
         """Number the snapshot whose collection starts now (see ``publish``)."""
@@ -103,13 +134,36 @@ class Hub:
 
     def latest(self) -> xmon_pb2.SnapshotMessage | None:
         if self._message is None and self.snapshot is not None:
-            self._message = encode_snapshot(self.snapshot)
+            self._message, left_out = fitting_snapshot(self.snapshot, self.max_message_bytes)
+            self.budget.refuse("snapshot_programs", left_out)
         return self._message
 
 
 def encode_snapshot(snapshot: Snapshot) -> xmon_pb2.SnapshotMessage:
+    """The snapshot as JSON, gzip-compressed when large (``xmon.client.decode`` reads both)."""
     payload = json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
+    if len(payload) >= GZIP_FROM_BYTES:
+        payload = gzip.compress(payload, compresslevel=1)
     return xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
+
+
+def fitting_snapshot(snapshot: Snapshot, max_bytes: int) -> tuple[xmon_pb2.SnapshotMessage, int]:
+    """The encoded snapshot, with fewer programs per job until it fits in ``max_bytes`` (a
+    view could not receive it otherwise); also how many programs were left out."""
+    message = encode_snapshot(snapshot)
+    keep = max((len(job.programs) for job in snapshot.jobs), default=0)
+    while message.ByteSize() > max_bytes and keep > 0:
+        keep //= 2
+        jobs = tuple(_with_programs(job, keep) for job in snapshot.jobs)
+        message = encode_snapshot(dataclasses.replace(snapshot, jobs=jobs))
+    return message, sum(max(0, len(job.programs) - keep) for job in snapshot.jobs)
+
+
+def _with_programs(job: Job, keep: int) -> Job:
+    """The job with only its ``keep`` most recently compiled programs."""
+    if len(job.programs) <= keep:
+        return job
+    return dataclasses.replace(job, programs=job.programs[len(job.programs) - keep :])
 
 
 class IngestService(xmon_pb2_grpc.IngestServicer):
@@ -121,6 +175,15 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         request_iterator: AsyncIterator[xmon_pb2.AgentMessage],
         context: grpc.aio.ServicerContext,
     ) -> None:
+        if not self._hub.open_stream():
+            await _refuse_connection(context, self._hub.max_connections)
+            return
+        try:
+            await self._serve_agent(context)
+        finally:
+            self._hub.streams -= 1
+
+    async def _serve_agent(self, context: grpc.aio.ServicerContext) -> None:
         hello = await self._read_hello(context)
         if hello is None:
             return
@@ -139,9 +202,12 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             )
             return
         stream_id = hub.next_id()
-        hub.jobs[stream_id] = JobState(hello=hello, connected_at=time.time())
+        job = hub.jobs[stream_id] = JobState(
+            hello=hello, connected_at=time.time(), budget=hub.budget
+        )
+        del hello  # the message, with any padding it carried, goes: the job keeps a slim copy
         link = hub.links[stream_id] = AgentLink()
-        log.info("agent attached: job %r pid %d", hello.job_name, hello.pid)
+        log.info("agent attached: job %r pid %d", job.job_name, job.pid)
         reader: asyncio.Task[None] | None = None
         try:
             welcome = xmon_pb2.Welcome(
@@ -158,16 +224,18 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             link.close("the job's agent disconnected")
             if hub.links.get(stream_id) is link:
                 del hub.links[stream_id]
-            state = hub.jobs.pop(stream_id, None)
+            state = hub.drop_job(stream_id)
             hub.counters.disconnects += 1
             if state is not None:
                 log.info("agent detached: job %r pid %d", state.job_name, state.pid)
 
     async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
+        timeout = self._hub.hello_timeout_seconds
         try:
-            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT_SECONDS)
+            first = await asyncio.wait_for(context.read(), timeout)
         except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no hello within 10 s")
+            self._hub.budget.refuse("hello_timeout")
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {timeout:g} s")
             return None
         if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
             self._hub.counters.reports_rejected += 1
@@ -188,25 +256,33 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
     async def _read_reports(
         self, context: grpc.aio.ServicerContext, stream_id: int, link: AgentLink
     ) -> None:
+        # No variable holds a message across the next read: a message (up to max_message_bytes)
+        # lives only while it is handled, not for as long as the agent stays silent.
+        while self._handle(await context.read(), stream_id, link):
+            pass
+
+    def _handle(
+        self, message: xmon_pb2.AgentMessage | object, stream_id: int, link: AgentLink
+    ) -> bool:
+        """Take one message from the agent; False when the stream is done."""
         hub = self._hub
-        while True:
-            message = await context.read()
-            if message is grpc.aio.EOF:
-                return
-            kind = message.WhichOneof("kind")
-            state = hub.jobs.get(stream_id)
-            if state is None:  # replaced by a newer stream of the same process
-                return
-            if kind == "report":
-                hub.counters.reports_received += 1
-                scrub(message.report)
-                state.apply(message.report, time.time(), time.monotonic())
-            elif kind == "result":
-                link.resolve(message.result)
-            elif kind == "execution_sample":
-                hub.ledger_reader.submit(state.ledger, message.execution_sample)
-            else:
-                hub.counters.reports_rejected += 1
+        if not isinstance(message, xmon_pb2.AgentMessage):  # grpc.aio.EOF
+            return False
+        kind = message.WhichOneof("kind")
+        state = hub.jobs.get(stream_id)
+        if state is None:  # replaced by a newer stream of the same process
+            return False
+        if kind == "report":
+            hub.counters.reports_received += 1
+            scrub(message.report)
+            state.apply(message.report, time.time(), time.monotonic())
+        elif kind == "result":
+            link.resolve(message.result)
+        elif kind == "execution_sample":
+            hub.ledger_reader.submit(state.ledger, message.execution_sample)
+        else:
+            hub.counters.reports_rejected += 1
+        return True
 
 
 async def _write_commands(
@@ -240,6 +316,13 @@ async def _write_until_ending(
             return
 
 
+async def _refuse_connection(context: grpc.aio.ServicerContext, limit: int) -> None:
+    await context.abort(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"this daemon already serves {limit} streams (max_connections)",
+    )
+
+
 def _finish_reader(reader: asyncio.Task[None] | None) -> None:
     if reader is None:
         return
@@ -256,17 +339,46 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
 
     async def Subscribe(  # noqa: N802
         self, request: xmon_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[xmon_pb2.SnapshotMessage]:
+    ) -> None:
+        hub = self._hub
+        if not hub.open_stream():
+            await _refuse_connection(context, hub.max_connections)
+            return
+        try:
+            if len(hub.subscribers) >= hub.max_subscribers:
+                hub.budget.refuse("subscribers")
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this daemon already streams to {hub.max_subscribers} views (max_subscribers)",
+                )
+                return
+            await self._stream_snapshots(context)
+        finally:
+            hub.streams -= 1
+
+    async def _stream_snapshots(self, context: grpc.aio.ServicerContext) -> None:
+        """Write each snapshot to the view; a view that takes none for
+        ``subscriber_stall_seconds`` is cut off, so that the messages gRPC holds for views that
+        never read stay bounded."""
+        hub = self._hub
         queue: asyncio.Queue[xmon_pb2.SnapshotMessage] = asyncio.Queue(SUBSCRIBER_BUFFER)
-        latest = self._hub.latest()
+        latest = hub.latest()
         if latest is not None:
             queue.put_nowait(latest)
-        self._hub.subscribers.add(queue)
+        hub.subscribers.add(queue)
         try:
             while True:
-                yield await queue.get()
+                message = await queue.get()
+                try:
+                    await asyncio.wait_for(context.write(message), hub.subscriber_stall_seconds)
+                except TimeoutError:
+                    hub.budget.refuse("subscribers")
+                    log.info(
+                        "a view took no snapshot for %g s: cut off", hub.subscriber_stall_seconds
+                    )
+                    return
         finally:
-            self._hub.subscribers.discard(queue)
+            hub.subscribers.discard(queue)
 
     async def GetSnapshot(  # noqa: N802
         self, request: xmon_pb2.GetSnapshotRequest, context: grpc.aio.ServicerContext

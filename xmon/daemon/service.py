@@ -23,6 +23,7 @@ from xmon.collectors.base import CollectContext
 from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import lifecycle, memory
+from xmon.daemon.bounds import Limits, connection_cap, raise_descriptor_limit
 from xmon.daemon.jobs import JobBuilder, JobState
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
@@ -90,11 +91,16 @@ class Daemon:
         self._reload_requested = False
         self.reloads = ReloadCounters()
         self.hub = Hub(period_seconds=config.period_seconds, max_agents=config.max_agents)
+        self.descriptors = 1024  # RLIMIT_NOFILE, raised when the socket is opened
+        _bound_hub(self.hub, config, self.descriptors)
         self.runner = CollectorRunner(
             collectors, timeout=max(0.5, config.period_seconds), config=config
         )
         self.builder = JobBuilder(PeakTable(config.peaks))
-        self.endpoint = MetricsEndpoint(program_limit=config.program_series_limit)
+        self.endpoint = MetricsEndpoint(
+            program_limit=config.program_series_limit,
+            max_connections=config.metrics_max_connections,
+        )
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
         self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
         self.hostname = socket.gethostname()
@@ -155,6 +161,7 @@ class Daemon:
         logging.getLogger().setLevel(config.log_level.upper())
         self.hub.period_seconds = config.period_seconds
         self.hub.max_agents = config.max_agents
+        _bound_hub(self.hub, config, self.descriptors)
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint.program_limit = config.program_series_limit
         if plan.rebuild_collectors:
@@ -196,6 +203,8 @@ class Daemon:
     async def _start_grpc(self) -> grpc.aio.Server:
         prepare_socket(self.config.socket_path)
         limit = self.config.max_message_bytes
+        self.descriptors = raise_descriptor_limit()
+        _bound_hub(self.hub, self.config, self.descriptors)
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", limit),
@@ -203,6 +212,7 @@ class Daemon:
                 # Reports are small and the socket is local: bandwidth-delay probing (a ping
                 # after each burst of data) would only wake gRPC's threads.
                 ("grpc.http2.bdp_probe", 0),
+                *_connection_options(self.hub.max_connections),
             ]
         )
         xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
@@ -278,6 +288,15 @@ class Daemon:
         self.hub.publish(snapshot, collect)
         return snapshot
 
+    def _refused(self) -> dict[str, int]:
+        refused = dict(self.hub.budget.refused)
+        for bound, count in self.endpoint.refused.items():
+            refused[bound] = refused.get(bound, 0) + count
+        tensorboard = self.profiling.tensorboard
+        if tensorboard is not None and tensorboard.rotations_total:
+            refused["tensorboard_bytes"] = tensorboard.rotations_total
+        return refused
+
     def _live_jobs(self, now: float) -> dict[int, JobState]:
         return {
             stream_id: state
@@ -336,6 +355,7 @@ class Daemon:
                 config_reloads_total=self.reloads.total,
                 config_reload_failures_total=self.reloads.failures,
                 config_last_reload_successful=self.reloads.last_ok,
+                refused_total=self._refused(),
             ),
             host=output.host,
             devices=output.devices,
@@ -345,6 +365,32 @@ class Daemon:
             slice_info=self.slice_info,
             runtime_services=output.runtime_services,
         )
+
+
+def _bound_hub(hub: Hub, config: DaemonConfig, descriptors: int) -> None:
+    """Hand the configured bounds to the services (at start and on reload)."""
+    hub.budget.limits = Limits(
+        devices_per_job=config.max_devices_per_job,
+        programs_per_job=config.max_programs_per_job,
+        job_bytes=config.max_job_bytes,
+        state_bytes=config.max_state_bytes,
+    )
+    hub.max_connections = connection_cap(config.max_connections, descriptors)
+    hub.max_subscribers = config.max_subscribers
+    hub.hello_timeout_seconds = config.hello_timeout_seconds
+    hub.subscriber_stall_seconds = config.subscriber_stall_seconds
+    hub.max_message_bytes = config.max_message_bytes
+
+
+def _connection_options(max_connections: int) -> list[tuple[str, int]]:
+    """gRPC's own bounds on connections: a connection that sends no HTTP/2 preface in time, or
+    holds no call for a minute, is closed; past ``max_connections`` new ones are refused."""
+    return [
+        ("grpc.max_allowed_incoming_connections", max_connections),
+        ("grpc.server_handshake_timeout_ms", 5_000),
+        ("grpc.max_connection_idle_ms", 60_000),
+        ("grpc.max_concurrent_streams", 100),  # per connection, told to clients in SETTINGS
+    ]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,172 @@
+"""Bounded resources under a flood or a buggy client: the in-process cases (docs/reliability.md).
+
+The real-process floods (padded reports, 100,000 devices, idle connections, stalled views) are
+in test_floods.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from test_prometheus_exporter import snapshot, train_job
+
+from xmon.client import decode
+from xmon.daemon.bounds import Limits, StateBudget, connection_cap
+from xmon.daemon.jobs import JobState
+from xmon.daemon.ledger_reader import LedgerReader
+from xmon.daemon.server import fitting_snapshot
+from xmon.execution.ledger import JobLedger
+from xmon.exporters.prometheus import MetricsEndpoint
+from xmon.exporters.tensorboard import TensorBoardExporter
+from xmon.proto import xmon_pb2
+
+
+def _hello(pid: int = 1, devices: int = 0) -> xmon_pb2.AgentHello:
+    return xmon_pb2.AgentHello(
+        protocol_version=1, job_name="bounded", pid=pid, platform="cpu",
+        devices=[xmon_pb2.DeviceInfo(id=i, platform="cpu") for i in range(devices)],
+    )  # fmt: skip
+
+
+def _programs(count: int, start: int = 0) -> list[xmon_pb2.ProgramInfo]:
+    return [
+        xmon_pb2.ProgramInfo(fingerprint=f"{i:064x}", name=f"jit_p{i}", compiled_at=float(i + 1))
+        for i in range(start, start + count)
+    ]
+
+
+def _padded(message: bytes, padding: int) -> bytes:
+    """The message with an unknown length-delimited field (number 1000) of ``padding`` bytes."""
+    tag = (1000 << 3) | 2
+    return message + _varint(tag) + _varint(padding) + b"\0" * padding
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def test_unknown_fields_of_reports_and_hellos_are_not_kept() -> None:
+    hello = xmon_pb2.AgentHello.FromString(_padded(_hello().SerializeToString(), 1 << 20))
+    state = JobState(hello=hello, connected_at=0.0)
+    report = xmon_pb2.AgentReport.FromString(
+        _padded(xmon_pb2.AgentReport(seq=1).SerializeToString(), 4 << 20)
+    )
+    report.memory.add(device_id=0, stats={"bytes_in_use": 1, "k" * 10_000: 2})
+    state.apply(report, 1.0, 1.0)
+    assert state.hello.ByteSize() < 1024
+    assert state.report is not None and state.report.ByteSize() < 1024
+    assert state.held_bytes < 64 * 1024
+    assert dict(state.report.memory[0].stats) == {"bytes_in_use": 1}
+
+
+def test_devices_programs_and_stats_are_capped_per_job() -> None:
+    budget = StateBudget(Limits(devices_per_job=16, programs_per_job=100, stats_per_device=4))
+    state = JobState(hello=_hello(devices=100_000), connected_at=0.0, budget=budget)
+    report = xmon_pb2.AgentReport(programs=_programs(300))
+    report.memory.add(device_id=0, stats={f"stat{i}": i for i in range(10)})
+    state.apply(report, 1.0, 1.0)
+    assert len(state.devices) == 16 and len(state.programs) == 100
+    assert len(state.report.memory[0].stats) == 4  # type: ignore[union-attr]
+    assert budget.refused == {"devices": 100_000 - 16, "programs": 200, "memory_stats": 6}
+
+
+def test_job_and_total_memory_bounds() -> None:
+    budget = StateBudget(Limits(job_bytes=1 << 20, state_bytes=3 << 19))
+    first = JobState(hello=_hello(1), connected_at=0.0, budget=budget)
+    first.apply(xmon_pb2.AgentReport(programs=_programs(4096)), 1.0, 1.0)
+    assert first.held_bytes <= 1 << 20 and budget.refused["job_bytes"] > 0
+    second = JobState(hello=_hello(2), connected_at=0.0, budget=budget)
+    second.apply(xmon_pb2.AgentReport(programs=_programs(4096)), 1.0, 1.0)
+    assert budget.in_use <= 3 << 19 and budget.refused["state_bytes"] > 0
+    first.release()
+    assert budget.in_use == second.held_bytes  # a job that leaves gives its bytes back
+
+
+def test_a_snapshot_too_large_for_a_message_still_reaches_views() -> None:
+    # 8 jobs x 4,096 programs over a 16 MiB limit, scaled down eightfold to keep the test short
+    jobs = tuple(train_job(n_programs=512) for _ in range(8))
+    message, left_out = fitting_snapshot(snapshot(jobs), 2 * 1024 * 1024)
+    assert message.ByteSize() <= 2 * 1024 * 1024
+    decoded = decode(message)
+    assert len(decoded.jobs) == 8 and all(len(job.programs) == 512 for job in decoded.jobs)
+    assert left_out == 0  # compressed, every program fits
+    tight, left_out = fitting_snapshot(snapshot(jobs), 128 * 1024)
+    decoded = decode(tight)
+    assert tight.ByteSize() <= 128 * 1024 and len(decoded.jobs) == 8
+    assert left_out == 8 * 512 - sum(len(job.programs) for job in decoded.jobs) > 0
+
+
+def test_execution_samples_in_flight_are_bounded_over_all_jobs() -> None:
+    async def flood() -> tuple[int, int]:
+        reader = LedgerReader(max_inflight_bytes=64 << 20)
+        sample = xmon_pb2.ExecutionSample(
+            started_at=1.0, duration_seconds=0.2, xspace=b"\0" * (8 << 20)
+        )
+        accepted = sum(reader.submit(JobLedger(), sample) for _ in range(40))
+        peak = reader.inflight_bytes
+        await reader.drain()
+        return accepted, peak
+
+    accepted, peak = asyncio.run(flood())
+    assert accepted == 8 and peak <= 64 << 20
+
+
+def test_connection_cap_stays_below_the_descriptor_limit() -> None:
+    assert connection_cap(4096, 1024) == 1024 - 128
+    assert connection_cap(100, 20_000) == 100
+
+
+def _scrape(url: str) -> float:
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=30) as response:
+        assert response.status == 200 and response.read()
+    return time.monotonic() - started
+
+
+def test_metrics_serves_many_scrapers_and_survives_slow_clients() -> None:
+    endpoint = MetricsEndpoint(max_connections=256)
+    host, port = endpoint.start("127.0.0.1", 0)
+    endpoint.update(snapshot())
+    url = f"http://{host}:{port}/metrics"
+    threads_before = threading.active_count()
+    slow: list[socket.socket] = []
+    try:
+        for _ in range(400):  # each sends half a request and then nothing
+            sock = socket.create_connection((host, port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\n")
+            slow.append(sock)
+        assert _scrape(url) < 1.0
+        with ThreadPoolExecutor(50) as pool:
+            times = sorted(pool.map(lambda _: _scrape(url), range(200)))
+        assert times[int(0.99 * len(times)) - 1] < 1.0, times[-5:]
+        assert threading.active_count() - threads_before <= 8
+        assert endpoint.refused["metrics_connections"] >= 400 - 256
+    finally:
+        for sock in slow:
+            sock.close()
+        endpoint.stop()
+
+
+def test_tensorboard_bytes_of_one_job_are_bounded(tmp_path: Path) -> None:
+    exporter = TensorBoardExporter(tmp_path, interval_seconds=0, job_max_bytes=1 << 20)
+    job = train_job(n_programs=1)
+    big = snapshot((job,))
+    devices = tuple(job.devices) * 200  # a job with 400 devices' scalars
+    jobs = (type(job)(**{**job.__dict__, "devices": devices}),)
+    for seq in range(300):
+        exporter.update(type(big)(**{**big.__dict__, "jobs": jobs, "seq": seq}))
+    exporter.close()
+    written = sum(f.stat().st_size for f in tmp_path.rglob("events.*"))
+    assert written <= (1 << 20) + 64 * 1024, written
+    assert exporter.rotations_total > 0
