@@ -103,10 +103,10 @@ def progress_line(elapsed: float, duration: float) -> str:
 @contextmanager
 def progress(out: TextIO, duration: float, every: float = 0.5) -> Iterator[None]:
     """Show the capture's progress on ``out`` while the request waits: one line, rewritten in
-    place on a terminal; elsewhere a first line only, so logs do not fill with it."""
+    place on a terminal and cleared at the end. Elsewhere (a log, a pipe) nothing: the result
+    or the error stays the one line a script reads."""
     start, done = time.monotonic(), threading.Event()
     if not out.isatty():
-        print(progress_line(0.0, duration).split(" …")[0] + " …", file=out, flush=True)
         yield
         return
 
