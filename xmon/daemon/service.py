@@ -178,9 +178,11 @@ class Daemon:
         loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         if lifecycle.take_hangup():  # one arrived while starting
             self.request_reload()
-        await self._start_grpc()
+        # /metrics first: a busy port fails before the agents' socket exists, so nothing (xmon
+        # demo, an agent) takes a daemon that is about to exit for a running one.
+        self.endpoint.start(self.config.listen_host, self.config.listen_port)
         try:
-            self.endpoint.start(self.config.listen_host, self.config.listen_port)
+            await self._start_grpc()
             self.metrics_port = self.endpoint.port
             log.info(
                 "xmon daemon %s: agents on %s, metrics on http://%s:%d/metrics",
