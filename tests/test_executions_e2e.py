@@ -119,7 +119,7 @@ def test_executions_in_a_trace_reach_programs_and_metrics(paced) -> None:
     listed = _programs(daemon, "--sort", "executions")
     assert [p["name"] for p in listed[:2]] == ["jit_fast", "jit_slow"]
 
-    table = xmon_cli(daemon, "programs", "--job", "paced", "--sort", "executions").stdout
+    table = xmon_cli(daemon, "programs", "--job", "paced", "--sort", "executions", "--wide").stdout
     fast_row = next(line for line in table.splitlines() if " jit_fast " in line)
     assert str(rows["jit_fast"]["executions"]) in fast_row.split()
     assert "executions in the job's latest trace capture" in table
