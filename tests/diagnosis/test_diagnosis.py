@@ -7,6 +7,7 @@ All jobs run at once against one daemon, so the suite takes about a minute.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -87,6 +88,10 @@ def test_a_growing_shape_is_a_recompile_storm_of_that_function(suite: Suite) -> 
     doctor = suite.doctor("--job", "storm")
     assert doctor.returncode == 1, doctor.stderr
     assert "recompile: jit_train_step recompiled" in doctor.stdout
+    # the alerts' series: the finding on /metrics, with its kind and severity
+    series = re.compile(r'^xmon_job_finding\{.*job_name="storm".*kind="recompile".*\} ([0-9.]+)$',
+                        re.M)  # fmt: skip
+    assert (found := series.search(suite.daemon.scrape())) and float(found[1]) >= 1
 
 
 def test_a_partial_rebuilt_every_step_names_the_function_object(suite: Suite) -> None:
