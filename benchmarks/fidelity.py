@@ -189,7 +189,7 @@ def main(quick: bool = False) -> str:
         "# Fidelity: xmon's numbers beside the truth\n",
         f"{today()} — {machine()}\n",
         "Written by `benchmarks/fidelity.py` from the jobs of `tests/fidelity/` (4 CPU devices, "
-        "a real daemon; the execution ledger sampling 0.5 s every 1.5 s to keep runs short). "
+        "a real daemon; the execution ledger sampling 1 s every 2 s to keep runs short). "
         "Each truth is computed by the job itself without xmon: analytic matmul counts and the "
         "cost analysis of an unrolled twin (program FLOPs), each program's own cost analysis "
         "times how often the job runs it (FLOPs per step), the job's own clock over the same "

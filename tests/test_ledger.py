@@ -241,3 +241,39 @@ def test_jittery_step_markers_still_give_one_execution_a_step() -> None:
     begins = [0.0, 0.001, 0.002, 0.05, 0.051, 0.09, 0.11, 0.13, 0.15, 0.17, 0.19]
     reading = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True)
     assert ledger_rates([reading]).executions_per_step[7] == pytest.approx(1.0)
+
+
+def alternating_space(period_ms: float, steps: int, eval_ms: float) -> xp.XSpace:
+    """Program 7 every step (2 ms); program 9 every other step, taking ``eval_ms``."""
+    plane = host_plane()
+    line = plane.lines.add(name="tf_XLAPjRtCpuClient/1")
+    run = 0
+    for i in range(steps):
+        start = 1.0 + i * period_ms
+        run += 1
+        cpu_op(line, 7, run, 0, start, 2.0)
+        if i % 2 == 0:
+            run += 1
+            cpu_op(line, 9, run, 0, start + 3.0, eval_ms)
+    return xp.XSpace(planes=[plane])
+
+
+def test_samples_whose_dominant_programs_differ_count_steps_alike() -> None:
+    # The every-other-step program takes 5 ms (dominant) in one sample, 3 ms in the other
+    # (program 7 dominant with 2 ms a step against 1.5 ms): both give one step a period.
+    begins = [0.0005 + 0.010 * i for i in range(40)]
+    first = parse(alternating_space(10.0, 40, 5.0), 0.4, step_begins=begins, steps_marked=True)
+    second = parse(alternating_space(10.0, 40, 3.0), 0.4, step_begins=begins, steps_marked=True)
+    assert (first.dominant, second.dominant) == (9, 7)
+    per_step = ledger_rates([first, second]).executions_per_step
+    assert per_step[7] == pytest.approx(1.0, abs=0.03)
+    assert per_step[9] == pytest.approx(0.5, abs=0.03)
+
+
+def test_samples_from_before_the_first_marked_step_count_no_steps() -> None:
+    start_up = parse(alternating_space(10.0, 40, 5.0), 0.4)  # no markers yet: init programs
+    begins = [0.0005 + 0.020 * i for i in range(20)]
+    stepping = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True)
+    per_step = ledger_rates([start_up, stepping]).executions_per_step
+    # what ran at start-up is not part of a step (program 9 ran 20 times there)
+    assert per_step == {7: pytest.approx(1.0), 9: pytest.approx(5 / 9)}

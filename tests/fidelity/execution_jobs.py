@@ -20,7 +20,7 @@ Cases (the patterns the execution ledger must get right):
   the loop, so nothing compiles inside a step;
 * ``same_name``: two different programs both named ``jit_step`` run every step;
 * ``accumulate``: gradient accumulation, a micro-step program run 4 times a step plus an update;
-* ``eval``: a train step every step and an eval program every 4th step;
+* ``eval``: a train step every step and an eval program every other step;
 * ``unmarked``: like ``aot`` with no step markers (``xmon run`` with no code change);
 * ``scan_layers``: a scan over layers with ``jax.checkpoint`` and ``jax.grad`` as the step;
 * ``host_bound``: one device computes ~20 ms, then the host sleeps 40 ms.
@@ -46,7 +46,7 @@ import xmon
 DEVICES = 4
 BATCH, WIDTH = 1024, 512
 ACCUMULATE = 4
-EVAL_EVERY = 4
+EVAL_EVERY = 2
 HOST_SECONDS = 0.005  # host work per step (data loading): keeps the step rate steady
 
 

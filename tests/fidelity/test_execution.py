@@ -2,7 +2,7 @@
 FLOPs per step, FLOP/s, HFU, MFU, steps inferred without markers, device busy ratio.
 
 Each job (tests/fidelity/execution_jobs.py) runs under ``xmon run`` on 4 CPU devices, attached
-to a real daemon; the execution ledger samples it every 1.5 s for 0.5 s. The test reads the
+to a real daemon; the execution ledger samples it every 2 s for 1 s. The test reads the
 daemon's snapshot once several samples are in, then compares with the job's own numbers over
 the same steps.
 """
@@ -23,7 +23,7 @@ from procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
 pytestmark = pytest.mark.e2e
 
 JOBS = Path(__file__).with_name("execution_jobs.py")
-LEDGER_ENV = {"XMON_LEDGER_INTERVAL": "1.5", "XMON_LEDGER_DURATION": "0.5"}
+LEDGER_ENV = {"XMON_LEDGER_INTERVAL": "2", "XMON_LEDGER_DURATION": "1"}
 SAMPLES = 5
 PEAK = CPU_PEAKS["cpu"]["flops_per_second"] * 4  # the job's 4 devices together
 
@@ -82,7 +82,9 @@ def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str
     job, truth = run_case(tmp_path, daemon, case)
     steps, util = job.steps, job.utilization
     assert not steps.inferred and steps.steps_per_second
-    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02), (steps, truth["case"])
+    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02), [
+        (p.name, p.flops, p.executions_per_step, p.executions) for p in job.programs if p.executions
+    ]
     # the job's own analytic matmul count agrees with its cost analysis (of the unrolled twin
     # where the step has a loop)
     assert close(truth["flops_per_step"], truth["analytic_flops_per_step"], 0.02)
@@ -96,7 +98,7 @@ def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str
 
     ran = sorted(round(p.executions_per_step, 2) for p in job.programs if p.executions_per_step)
     expected = {"aot": [1.0], "same_name": [1.0, 1.0], "accumulate": [1.0, 4.0],
-                "eval": [0.25, 1.0], "scan_layers": [1.0, 1.0]}[case]  # fmt: skip
+                "eval": [0.5, 1.0], "scan_layers": [1.0, 1.0]}[case]  # fmt: skip
     assert ran == pytest.approx(expected, abs=0.05), [
         (p.name, p.executions_per_step) for p in job.programs
     ]
@@ -133,7 +135,9 @@ def test_transformer_mfu_from_declared_model_flops(tmp_path: Path, daemon: Daemo
     assert steps.model_flops_per_step == truth["model_flops_per_step"]
     assert close(util.model_flops_utilization_ratio,
                  truth["model_flops_per_step"] * rate / PEAK, 0.03)  # fmt: skip
-    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02)
+    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02), [
+        (p.name, p.flops, p.executions_per_step, p.executions) for p in job.programs if p.executions
+    ]
     assert close(util.hardware_flops_utilization_ratio, truth["flops_per_step"] * rate / PEAK,
                  0.03)  # fmt: skip
     # XLA counts more than the model: the optimizer update, softmax, activations

@@ -40,6 +40,7 @@ FIRST_DELAY = 5.0  # after attach: let start-up compiles pass
 MAX_SAMPLE_BYTES = 8 * 1024 * 1024  # a sample larger than this is dropped, not sent
 JITTER = 0.2  # the interval varies by up to this share either way
 MAX_STEP_BEGINS = 4096
+STOP_WAIT_SECONDS = 30.0  # collecting a session takes seconds on a loaded host
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,12 @@ class ExecutionSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop and wait for a session in progress to end. The wait matters at exit: a daemon
+        thread still inside the profiler's C++ code when the interpreter finalizes is unwound
+        there, and the process aborts ("FATAL: exception not rethrown")."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.config.duration + 2.0)
+            self._thread.join(self.config.duration + STOP_WAIT_SECONDS)
 
     def _loop(self) -> None:
         delay = self.config.first_delay
@@ -129,6 +133,8 @@ class ExecutionSampler:
         from jax._src import profiler as jax_profiler
 
         state = jax_profiler._profile_state
+        if self._stop.is_set():
+            return None  # the job is ending: no new session to wait for
         if not state.lock.acquire(blocking=False):
             return None  # a start_trace or stop_trace is running right now
         try:

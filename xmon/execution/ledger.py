@@ -67,6 +67,7 @@ class SampleReading:
     core_seconds: float  # the window executions were counted in
     executions: Mapping[int, int]  # program id -> executions started in the core window
     dominant: int | None  # the program that used the most device time
+    steps_marked: bool  # the job marked steps when the sample was taken
     # Steps the core window holds: its length times the step rate measured in the same sample
     # (from the job's step markers, else the dominant program's executions). The profiler slows
     # a job a little while it records (2-5 % measured on CPU); a ratio of two rates taken in
@@ -251,6 +252,7 @@ def reading_from(
         core_seconds=core_seconds,
         executions=executions,
         dominant=dominant,
+        steps_marked=steps_marked,
         steps_in_core=step_rate * core_seconds if step_rate is not None else None,
         device_busy_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
@@ -355,18 +357,28 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     dominant one over the same core windows, which is exact for programs in lockstep with it.
     """
     stepped = [s for s in samples if s.steps_in_core and s.dominant is not None]
-    if not stepped:
-        return {}, 0.0, 0.0
-    ratios = [
-        s.executions.get(s.dominant, 0) / s.steps_in_core
-        for s in stepped
-        if s.dominant is not None and s.steps_in_core
-    ]
-    dominant_runs = sum(s.executions.get(s.dominant, 0) for s in stepped if s.dominant is not None)
-    if not dominant_runs or not any(ratios):
-        return {}, 0.0, 0.0
+    if any(s.steps_marked for s in stepped):
+        # Samples taken before the job's first marked step (start-up: random init, data
+        # loading) would count their busiest program's runs as steps.
+        stepped = [s for s in stepped if s.steps_marked]
+    # The dominant program can differ between samples (two programs with about equal device
+    # time): each sample's steps come from the ratio measured for its own dominant program.
+    ratios: defaultdict[int, list[float]] = defaultdict(list)
+    for sample in stepped:
+        if sample.dominant is not None and sample.steps_in_core:
+            ratios[sample.dominant].append(
+                sample.executions.get(sample.dominant, 0) / sample.steps_in_core
+            )
     # The median: one sample taken while the host ran ahead of a starved device does not move it.
-    steps = dominant_runs / snap(statistics.median(ratios))
+    medians = {p: statistics.median(r) for p, r in ratios.items()}
+    per_step = {p: snap(m) for p, m in medians.items() if m > 0}
+    steps = sum(
+        s.executions.get(s.dominant, 0) / per_step[s.dominant]
+        for s in stepped
+        if s.dominant in per_step
+    )
+    if not steps:
+        return {}, 0.0, 0.0
     counts: defaultdict[int, int] = defaultdict(int)
     for sample in stepped:
         for program, n in sample.executions.items():
