@@ -20,10 +20,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import REPO, machine, summary, table, today, write_section
+from common import MLP_TRAIN_STEP, REPO, machine, summary, table, today, write_section
 from procs import base_env, start_daemon
 
-JOB = r"""
+JOB = (
+    r"""
 import json, sys, threading, time
 import jax, jax.numpy as jnp
 from jax._src.array import ArrayImpl
@@ -55,13 +56,9 @@ key = jax.random.key(0)
 w1 = jax.random.normal(key, (width, width), dtype)
 w2 = jax.random.normal(key, (width, width), dtype)
 x = jax.random.normal(key, (batch, width), dtype)
-@jax.jit
-def train_step(w1, w2, x):
-    def loss(w1, w2):
-        return jnp.mean(jnp.tanh(jnp.tanh(x @ w1) @ w2) ** 2)
-    g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
-    return w1 - 0.01 * g1, w2 - 0.01 * g2
-for _ in range(20):
+"""
+    + MLP_TRAIN_STEP
+    + r"""for _ in range(20):
     w1, w2 = train_step(w1, w2, x)
 w1.block_until_ready()
 # Canary: a thread named like xmon's that does synchronise must be counted, or the count is moot.
@@ -95,6 +92,7 @@ xmon.detach()
 print(json.dumps({"times": times, "syncs": syncs, "canary": canary_syncs,
                   "busy": busy, "elapsed": elapsed, "step_api": step_api}))
 """
+)
 
 
 # platform -> (JAX_PLATFORMS, layer width, batch, dtype, what the results call the model)

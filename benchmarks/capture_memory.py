@@ -24,7 +24,7 @@ from pathlib import Path
 
 from xmon.client import DaemonClient
 
-from common import machine, summary, table, today, write_section
+from common import MLP_TRAIN_STEP, machine, summary, table, today, write_section
 from procs import Proc, base_env, spawn, start_daemon, wait_for
 
 BUDGET_BYTES = 50 * 2**20
@@ -36,7 +36,8 @@ NOTE = (
     "econds of the request reaching it; the rest of a request is the trace, its expor"
     "t and the second-aligned directory name."
 )
-JOB = r"""
+JOB = (
+    r"""
 import os, pathlib, sys
 import jax, jax.numpy as jnp
 import xmon
@@ -44,18 +45,15 @@ xmon.attach(job_name=sys.argv[1])
 key = jax.random.key(0)
 w1 = jax.random.normal(key, (4, 512, 512)); w2 = jax.random.normal(key, (4, 512, 512))
 x = jax.random.normal(key, (4, 256, 512))
-@jax.jit
-def train_step(w1, w2, x):
-    def loss(w1, w2):
-        return jnp.mean(jnp.tanh(jnp.tanh(x @ w1) @ w2) ** 2)
-    g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
-    return w1 - 0.01 * g1, w2 - 0.01 * g2
-pathlib.Path(sys.argv[2]).write_text(str(os.getpid()))
+"""
+    + MLP_TRAIN_STEP
+    + r"""pathlib.Path(sys.argv[2]).write_text(str(os.getpid()))
 while True:
     with xmon.step():
         w1, w2 = train_step(w1, w2, x)
         w1.block_until_ready()
 """
+)
 BURN = (
     "import time, sys\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: 0"
 )

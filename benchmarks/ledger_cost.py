@@ -29,10 +29,11 @@ from pathlib import Path
 from xmon.agent.sampler import DEFAULT_DURATION, DEFAULT_INTERVAL
 from xmon.execution.ledger import parse_sample
 
-from common import REPO, machine, summary, table, today, write_section
+from common import MLP_TRAIN_STEP, REPO, machine, summary, table, today, write_section
 from procs import base_env, start_daemon
 
-JOB = r"""
+JOB = (
+    r"""
 import base64, json, sys, threading, time
 import jax, jax.numpy as jnp
 import xmon
@@ -51,13 +52,9 @@ agent.sampler._send = keep
 key = jax.random.key(0)
 w1 = jax.random.normal(key, (512, 512)); w2 = jax.random.normal(key, (512, 512))
 x = jax.random.normal(key, (256, 512))
-@jax.jit
-def train_step(w1, w2, x):
-    def loss(w1, w2):
-        return jnp.mean(jnp.tanh(jnp.tanh(x @ w1) @ w2) ** 2)
-    g1, g2 = jax.grad(loss, argnums=(0, 1))(w1, w2)
-    return w1 - 0.01 * g1, w2 - 0.01 * g2
-for _ in range(20):
+"""
+    + MLP_TRAIN_STEP
+    + r"""for _ in range(20):
     w1, w2 = train_step(w1, w2, x)
 w1.block_until_ready()
 gaps = []  # (wall time, longest wait for the GIL in that tick)
@@ -94,6 +91,7 @@ print(json.dumps({
     "samples": [base64.b64encode(s.SerializeToString()).decode() for s in sent[:3]],
 }))
 """
+)
 
 
 def run_once(workdir: Path, socket: Path, mode: str, seconds: float) -> dict:
