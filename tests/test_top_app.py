@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import io
 import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -157,12 +158,34 @@ def test_pilot_capture_key_sends_the_request_for_the_selected_job() -> None:
     async def scenario() -> None:
         async with top(three_jobs(), capture=capture) as (app, pilot, _):
             await pilot.press("t")  # "all" tab: the highlighted row (first = largest memory)
-            await until(pilot, lambda: requested == [101])
+            await until(pilot, lambda: requested == [101] and app.capturing is None)
             await pilot.press("down", "t")
-            await until(pilot, lambda: requested == [101, 103])
+            await until(pilot, lambda: requested == [101, 103] and app.capturing is None)
             await pilot.press("3", "t")  # a job tab selects its job
             await until(pilot, lambda: requested == [101, 103, 102])
             await until(pilot, lambda: "trace of pid 102 captured" in screen_text(app))
+
+    asyncio.run(scenario())
+
+
+def test_pilot_capture_shows_its_progress_until_answered() -> None:
+    answer = threading.Event()
+
+    def capture(pid: int) -> str:
+        answer.wait(30)
+        return f"trace of pid {pid} captured"
+
+    async def scenario() -> None:
+        async with top(three_jobs(), capture=capture) as (app, pilot, _):
+            await pilot.press("t")
+            await until(pilot, lambda: "pid 101: tracing … 0 s of 3 s" in screen_text(app))
+            await pilot.press("t")  # one capture at a time
+            await until(pilot, lambda: "a trace of pid 101 is in progress" in screen_text(app))
+            app.capturing = (101, time.monotonic() - 4.0)  # past the trace: now writing it
+            await until(pilot, lambda: "pid 101: writing the trace" in screen_text(app))
+            answer.set()
+            await until(pilot, lambda: "trace of pid 101 captured" in screen_text(app))
+            assert "pid 101: writing" not in screen_text(app) and app.capturing is None
 
     asyncio.run(scenario())
 

@@ -7,14 +7,18 @@ any iterable (:mod:`xmon.top.feed`), so tests drive the app with constructed sna
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from textual import on
 from textual.app import App, ComposeResult
 from textual.message import Message
+from textual.notifications import SeverityLevel
+from textual.timer import Timer
 from textual.widgets import Static, TabbedContent
 
+from xmon.cli.capture import progress_line
 from xmon.model import Snapshot
 from xmon.top import layout, panels
 from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
@@ -45,11 +49,14 @@ class XmonTop(App[None]):
         source: Iterable[FeedEvent],
         capture: Capture | None = None,
         refresh_seconds: float = 1.0,
+        capture_seconds: float = 3.0,
     ) -> None:
         super().__init__()
         self.animation_level = "none"  # a monitor over SSH: repaint what changed, nothing more
         self.feed = FeedThread(source, self.post_message_from_feed)
         self.capture_call = capture
+        self.capture_seconds = capture_seconds
+        self.capturing: tuple[int, float] | None = None  # (pid, monotonic start) of the t key
         self.refresh_seconds = refresh_seconds
         self.snapshot: Snapshot | None = None
         self.pending: Snapshot | None = None
@@ -115,7 +122,9 @@ class XmonTop(App[None]):
 
     def _render_title(self) -> None:
         count = len(device_rows(self.snapshot)) if self.snapshot is not None else 0
-        title = panels.title_bar(self.snapshot, self.status, self.paused, count)
+        title = panels.title_bar(
+            self.snapshot, self.status, self.paused, count, self.capture_progress()
+        )
         self.query_one("#title", Static).update(title)
 
     def _render_view(self) -> None:
@@ -249,21 +258,41 @@ class XmonTop(App[None]):
         if self.capture_call is None:
             self.notify(CAPTURE_UNAVAILABLE, severity="warning")
             return
-        self.notify(f"requesting a trace of pid {pid} …", timeout=2)
-        self.run_worker(lambda: self._capture(pid), thread=True, exit_on_error=False)
+        if self.capturing is not None:
+            self.notify(f"a trace of pid {self.capturing[0]} is in progress", timeout=3)
+            return
+        self.capturing = (pid, time.monotonic())
+        progress = self.set_interval(0.5, self._render_title)
+        self._render_title()
+        self.run_worker(lambda: self._capture(pid, progress), thread=True, exit_on_error=False)
 
-    def _capture(self, pid: int) -> None:
+    def capture_progress(self) -> str | None:
+        """What the capture the t key asked for is doing, and why it waits."""
+        if self.capturing is None:
+            return None
+        pid, started = self.capturing
+        return f"pid {pid}: " + progress_line(time.monotonic() - started, self.capture_seconds)
+
+    def _capture_done(self, progress: Timer, message: str, severity: SeverityLevel) -> None:
+        progress.stop()
+        self.capturing = None
+        self._render_title()
+        self.notify(message, severity=severity, timeout=15)
+
+    def _capture(self, pid: int, progress: Timer) -> None:
         assert self.capture_call is not None
+        severity: SeverityLevel
         try:
             message, severity = self.capture_call(pid), "information"
         except CaptureUnavailable as exc:
             message, severity = str(exc), "warning"
         except Exception as exc:  # noqa: BLE001 - any failure is a message, never a traceback
             message, severity = str(exc) or type(exc).__name__, "error"
-        self.call_from_thread(self.notify, message, severity=severity, timeout=15)
+        self.call_from_thread(self._capture_done, progress, message, severity)
 
 
 def run_top(socket_path: Path | None, refresh_seconds: float, trace_seconds: float = 3.0) -> int:
     source = DaemonSource(socket_path)
-    XmonTop(source, daemon_capture(socket_path, trace_seconds), refresh_seconds).run()
+    capture = daemon_capture(socket_path, trace_seconds)
+    XmonTop(source, capture, refresh_seconds, capture_seconds=trace_seconds).run()
     return 0

@@ -24,13 +24,20 @@ NO_DEVICES = (
 
 
 def title_bar(
-    snapshot: Snapshot | None, status: FeedStatus, paused: bool, device_count: int
+    snapshot: Snapshot | None,
+    status: FeedStatus,
+    paused: bool,
+    device_count: int,
+    capture: str | None = None,
 ) -> RenderableType:
-    """neuron-top's title bar plus nvitop's host summary: two lines."""
+    """neuron-top's title bar plus nvitop's host summary: two lines. ``capture`` is what a
+    capture in progress is doing (t key), shown until it is answered."""
     first = Text(no_wrap=True, overflow="ellipsis")
     first.append(f" xmon {__version__} ", "bold reverse")
     if paused:
         first.append(" PAUSED (z resumes) ", "bold black on yellow")
+    if capture:
+        first.append(f" {capture} ", "bold black on cyan")
     if not status.connected:  # the state matters more than the rest of the line
         first.append(f" ● {status.message} ", "bold red")
     if snapshot is not None:
