@@ -65,7 +65,8 @@ def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
     from test_execution import PEAK, own_rate, run_case
 
     rows: list[Row] = []
-    cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "transformer"]
+    cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "scan_layers",
+                                   "transformer"]  # fmt: skip
     for case in cases:
         (workdir / case).mkdir()
         job, truth = run_case(workdir / case, daemon, case)
