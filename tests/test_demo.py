@@ -32,6 +32,9 @@ def xmon(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+MEMORY = r'^xmon_job_device_memory_in_use_bytes\{device="(\d)"'
+
+
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return str(response.read().decode())
@@ -50,11 +53,12 @@ def test_demo_shows_live_metrics_and_another_shell_finds_it(tmp_path: Path) -> N
             assert demo.alive(), demo.log()
             text = scrape(port)
             steps = re.search(r"^xmon_job_steps_per_second\{.*\} (\S+)$", text, re.M)
-            return text if steps and float(steps.group(1)) > 0 else None
+            # the first memory reading is taken at rest between steps, a moment after they start
+            memory = re.findall(MEMORY, text, re.M)
+            return text if steps and float(steps.group(1)) > 0 and len(memory) == 4 else None
 
-        text = wait_for(stepping, 120, "the demo job stepping in /metrics")
-        memory = re.findall(r'^xmon_job_device_memory_in_use_bytes\{device="(\d)"', text, re.M)
-        assert sorted(memory) == ["0", "1", "2", "3"]
+        text = wait_for(stepping, 120, "the demo job stepping, with its memory, in /metrics")
+        assert sorted(re.findall(MEMORY, text, re.M)) == ["0", "1", "2", "3"]
         mfu = re.search(r"^xmon_job_model_flops_utilization_ratio\{.*\} (\S+)$", text, re.M)
         assert mfu and float(mfu.group(1)) > 0, "the demo declares a CPU peak, so MFU shows"
 

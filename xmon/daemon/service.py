@@ -183,6 +183,10 @@ class Daemon:
         self.endpoint.start(self.config.listen_host, self.config.listen_port)
         try:
             await self._start_grpc()
+        except BaseException:
+            self.endpoint.stop()  # nothing else started: a refusal is the one line said
+            raise
+        try:
             self.metrics_port = self.endpoint.port
             log.info(
                 "xmon daemon %s: agents on %s, metrics on http://%s:%d/metrics",
