@@ -1,0 +1,198 @@
+"""Trip counts of XLA while loops, read from optimized HLO text (pure: no jax).
+
+XLA's ``known_trip_count`` backend_config annotation where present; else a condition comparing
+a simple induction variable (a get-tuple-element of the loop state, possibly inside a fusion)
+with a constant, the initial value from the while's operand tuple and the step from the body's
+root tuple; else unknown. Malformed text gives "unknown", never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+
+from xmon.hlo import Computation, Instruction, Module, callees
+
+KNOWN_TRIP_COUNT = re.compile(r'known_trip_count[\\"]*\s*:\s*\{[\\"]*n[\\"]*\s*:\s*[\\"]*(\d+)')
+_DIRECTION = re.compile(r"\bdirection=(?P<direction>[A-Z]+)")
+_INDEX = re.compile(r"\bindex=(?P<index>\d+)")
+_FLIPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
+_PASS_THROUGH = frozenset({"copy", "convert", "bitcast", "reshape"})  # keep a scalar's value
+
+
+def trip_count(
+    module: Module, computation: Computation, loop: Instruction
+) -> tuple[int | None, str]:
+    """Trip count of a while instruction and where it came from."""
+    known = KNOWN_TRIP_COUNT.search(loop.attrs)
+    if known is not None:
+        return int(known[1]), "known_trip_count"
+    try:
+        derived = _trip_count_from_condition(module, computation, loop)
+    except (ValueError, IndexError, KeyError):  # malformed text: the count is just unknown
+        derived = None
+    return (derived, "condition") if derived is not None else (None, "unknown")
+
+
+def _trip_count_from_condition(
+    module: Module, computation: Computation, loop: Instruction
+) -> int | None:
+    names, _ = callees(loop)
+    condition = module.computations.get(attr_callee(loop, "condition") or "")
+    body = module.computations.get(attr_callee(loop, "body") or "")
+    if condition is None or body is None or not names or not loop.operands:
+        return None
+    compared = _comparison(module, condition)
+    if compared is None:
+        return None
+    index, bound, direction = compared
+    init = _tuple_element_constant(computation, loop.operands[0][0], index)
+    step = _step(module, body, index)
+    if init is None or step is None:
+        return None
+    return _count(init, bound, step, direction)
+
+
+def attr_callee(instruction: Instruction, key: str) -> str | None:
+    match = re.search(rf"\b{key}=%?(?P<name>[^\s,{{}}()]+)", instruction.attrs)
+    return match["name"] if match else None
+
+
+def _comparison(module: Module, condition: Computation) -> tuple[int, int, str] | None:
+    """(state index, constant, direction) of a condition ``state[index] <direction> constant``."""
+    root = condition.root()
+    if root is None:
+        return None
+    resolved = _binary(module, condition, root, "compare")
+    if resolved is None:
+        return None
+    (lhs_comp, lhs), (rhs_comp, rhs), attrs = resolved
+    direction_match = _DIRECTION.search(attrs)
+    if direction_match is None:
+        return None
+    direction = direction_match["direction"]
+    lhs_index, rhs_index = _state_index(lhs_comp, lhs), _state_index(rhs_comp, rhs)
+    lhs_const, rhs_const = _constant(lhs_comp, lhs), _constant(rhs_comp, rhs)
+    if lhs_index is not None and rhs_const is not None:
+        return lhs_index, rhs_const, direction
+    if rhs_index is not None and lhs_const is not None:
+        return rhs_index, lhs_const, _FLIPPED.get(direction, "")
+    return None
+
+
+Operand = tuple[Computation, str]  # an operand name and the computation it is defined in
+
+
+def _binary(
+    module: Module, computation: Computation, instruction: Instruction, opcode: str
+) -> tuple[Operand, Operand, str] | None:
+    """Operands and attributes of a two-operand ``opcode``, looking through a fusion whose root
+    it is (CPU and GPU XLA wrap even a scalar compare or add in one)."""
+    if instruction.opcode == opcode and len(instruction.operands) == 2:
+        (lhs, _), (rhs, _) = instruction.operands
+        return (computation, lhs), (computation, rhs), instruction.attrs
+    if instruction.opcode != "fusion":
+        return None
+    fused = module.computations.get(attr_callee(instruction, "calls") or "")
+    root = fused.root() if fused is not None else None
+    if fused is None or root is None or root.opcode != opcode or len(root.operands) != 2:
+        return None
+    outer = [_fusion_operand(computation, instruction, fused, name) for name, _ in root.operands]
+    if outer[0] is None or outer[1] is None:
+        return None
+    return outer[0], outer[1], root.attrs
+
+
+def _fusion_operand(
+    computation: Computation, fusion: Instruction, fused: Computation, name: str
+) -> Operand | None:
+    """The fusion operand that fused parameter ``name`` stands for; a fused constant as is."""
+    inner = fused.instruction(name)
+    if inner is None:
+        return None
+    if inner.opcode == "constant":
+        return fused, name
+    if inner.opcode != "parameter" or not inner.operands:
+        return None
+    number = int(inner.operands[0][0])
+    return (computation, fusion.operands[number][0]) if number < len(fusion.operands) else None
+
+
+def _follow(computation: Computation, name: str) -> Instruction | None:
+    """The instruction defining ``name``, looking through value-preserving copies."""
+    for _ in range(16):  # a bound, for cycles in malformed text
+        instruction = computation.instruction(name)
+        if instruction is None or instruction.opcode not in _PASS_THROUGH:
+            return instruction
+        if not instruction.operands:
+            return None
+        name = instruction.operands[0][0]
+    return None
+
+
+def _state_index(computation: Computation, name: str) -> int | None:
+    """k where ``name`` is get-tuple-element(parameter, index=k) of the loop state."""
+    instruction = _follow(computation, name)
+    if instruction is None or instruction.opcode != "get-tuple-element":
+        return None
+    source = computation.instruction(instruction.operands[0][0]) if instruction.operands else None
+    index = _INDEX.search(instruction.attrs)
+    if source is None or source.opcode != "parameter" or index is None:
+        return None
+    return int(index["index"])
+
+
+def _constant(computation: Computation, name: str) -> int | None:
+    instruction = _follow(computation, name)
+    if instruction is None or instruction.opcode != "constant" or not instruction.operands:
+        return None
+    try:
+        return int(instruction.operands[0][0])
+    except ValueError:  # a float or an array constant: not an integer induction bound
+        return None
+
+
+def _tuple_element_constant(computation: Computation, name: str, index: int) -> int | None:
+    """The constant at ``index`` of the tuple the while starts from."""
+    state = _follow(computation, name)
+    if state is None or state.opcode != "tuple" or index >= len(state.operands):
+        return None
+    return _constant(computation, state.operands[index][0])
+
+
+def _step(module: Module, body: Computation, index: int) -> int | None:
+    """s where the body's root tuple sets ``state[index] = state[index] + s`` (or minus)."""
+    root = body.root()
+    if root is None or root.opcode != "tuple" or index >= len(root.operands):
+        return None
+    update = _follow(body, root.operands[index][0])
+    if update is None:
+        return None
+    for opcode, sign in (("add", 1), ("subtract", -1)):
+        resolved = _binary(module, body, update, opcode)
+        if resolved is None:
+            continue
+        (lhs_comp, lhs), (rhs_comp, rhs), _ = resolved
+        if _state_index(lhs_comp, lhs) == index and (step := _constant(rhs_comp, rhs)) is not None:
+            return sign * step
+        if opcode == "add" and _state_index(rhs_comp, rhs) == index:
+            step = _constant(lhs_comp, lhs)
+            return step
+    return None
+
+
+def _count(init: int, bound: int, step: int, direction: str) -> int | None:
+    """Trips of ``for (i = init; i <direction> bound; i += step)``; None if it never ends."""
+    if direction in ("LT", "LE"):
+        last = bound - 1 if direction == "LT" else bound
+        if init > last:
+            return 0
+        return (last - init) // step + 1 if step > 0 else None
+    if direction in ("GT", "GE"):
+        last = bound + 1 if direction == "GT" else bound
+        if init < last:
+            return 0
+        return (init - last) // -step + 1 if step < 0 else None
+    if direction == "NE" and step != 0 and (bound - init) % step == 0:
+        trips = (bound - init) // step
+        return trips if trips >= 0 else None
+    return None
