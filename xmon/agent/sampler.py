@@ -22,6 +22,7 @@ see docs/benchmarks.md ("Execution ledger").
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -65,10 +66,23 @@ class LedgerConfig:
         enabled = env.get("XMON_LEDGER", "on").strip().lower() not in ("0", "off", "false", "no")
         return cls(
             enabled=enabled,
-            interval=float(env.get("XMON_LEDGER_INTERVAL", DEFAULT_INTERVAL)),
-            duration=float(env.get("XMON_LEDGER_DURATION", DEFAULT_DURATION)),
-            first_delay=float(env.get("XMON_LEDGER_FIRST_DELAY", FIRST_DELAY)),
+            interval=_seconds(env, "XMON_LEDGER_INTERVAL", DEFAULT_INTERVAL),
+            duration=_seconds(env, "XMON_LEDGER_DURATION", DEFAULT_DURATION),
+            first_delay=_seconds(env, "XMON_LEDGER_FIRST_DELAY", FIRST_DELAY),
         )
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}")
+    return value
 
 
 class ExecutionSampler:
