@@ -300,16 +300,7 @@ _PROGRAM_OPTIONAL = optional_field_names(xmon_pb2.ProgramInfo)
 
 
 def _function_proto(row: FunctionRow) -> xmon_pb2.FunctionCompiles:
-    return xmon_pb2.FunctionCompiles(
-        name=row.name,
-        compiles_total=row.compiles_total,
-        steady_recompiles_total=row.steady_recompiles_total,
-        eager=row.eager,
-        first_compiled_at=row.first_compiled_at,
-        last_compiled_at=row.last_compiled_at,
-        changes=list(row.changes),
-        arguments=list(row.arguments),
-    )
+    return xmon_pb2.FunctionCompiles(**fields_of(row, xmon_pb2.FunctionCompiles))
 
 
 def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:

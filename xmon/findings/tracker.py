@@ -22,6 +22,7 @@ from xmon.findings.setup import detect_setup
 from xmon.findings.stall import detect_stall
 from xmon.model import Finding, HostSample, Job
 from xmon.proto import xmon_pb2
+from xmon.wire import fields_of
 
 SEVERITIES = ("info", "warning", "error")
 STEADY_STEPS = 10
@@ -143,14 +144,11 @@ def functions_of(report: xmon_pb2.AgentReport | None) -> tuple[FunctionCompiles,
         return ()
     return tuple(
         FunctionCompiles(
-            name=f.name,
-            compiles_total=f.compiles_total,
-            steady_recompiles_total=f.steady_recompiles_total,
-            eager=f.eager,
-            first_compiled_at=f.first_compiled_at,
-            last_compiled_at=f.last_compiled_at,
-            changes=tuple(f.changes),
-            arguments=tuple(f.arguments),
+            **{
+                **fields_of(f, xmon_pb2.FunctionCompiles),
+                "changes": tuple(f.changes),
+                "arguments": tuple(f.arguments),
+            }
         )
         for f in report.compile_functions
     )
