@@ -54,21 +54,22 @@ class ExecutionCounter:
 
     def _add_plane(self, plane: xplane_pb2.XPlane) -> None:
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-        program_stat = _stat_id(names, PROGRAM_ID)
-        if program_stat is None:
+        ids = stat_ids(names, (PROGRAM_ID, RUN_ID))
+        if ids[PROGRAM_ID] is None:
             return  # a plane without programs (python, host threads): skip its events fast
-        wanted = (program_stat, _stat_id(names, RUN_ID))
         shared = {
-            key: ids
+            key: values
             for key, meta in plane.event_metadata.items()
-            if (ids := _ids(meta.stats, wanted, names, (None, None))) != (None, None)
+            if meta.stats and (values := stat_value(meta.stats, ids, names, {}))
         }
         module_events: Counter[int] = Counter()
         for line in plane.lines:
             on_modules_line = line.name == MODULES_LINE
             for event in line.events:
-                base = shared.get(event.metadata_id, (None, None))
-                program, run = _ids(event.stats, wanted, names, base) if event.stats else base
+                values = shared.get(event.metadata_id, {})
+                if event.stats:
+                    values = stat_value(event.stats, ids, names, values)
+                program, run = _as_int(values.get(PROGRAM_ID)), _as_int(values.get(RUN_ID))
                 if program is None:
                     continue
                 if run is not None:
@@ -122,24 +123,8 @@ def _text_value(item: xplane_pb2.XStat, names: Mapping[int, str]) -> str:
     return item.str_value if kind == "str_value" else str(getattr(item, kind or "str_value", ""))
 
 
-def _stat_id(names: Mapping[int, str], name: str) -> int | None:
-    return next((key for key, value in names.items() if value == name), None)
-
-
-def _ids(
-    stats: Iterable[xplane_pb2.XStat],
-    wanted: tuple[int, int | None],
-    names: Mapping[int, str],
-    base: tuple[int | None, int | None],
-) -> tuple[int | None, int | None]:
-    """(program id, run id) from ``stats``; what they lack comes from ``base`` (the metadata)."""
-    program, run = base
-    for item in stats:
-        if item.metadata_id == wanted[0]:
-            program = _int_value(item, names)
-        elif item.metadata_id == wanted[1]:
-            run = _int_value(item, names)
-    return program, run
+def _as_int(value: StatValue) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 def _int_value(item: xplane_pb2.XStat, names: Mapping[int, str]) -> int | None:
