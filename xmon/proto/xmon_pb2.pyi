@@ -138,14 +138,16 @@ class FunctionCompiles(_message.Message):
     def __init__(self, name: _Optional[str] = ..., compiles_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager: _Optional[bool] = ..., first_compiled_at: _Optional[float] = ..., last_compiled_at: _Optional[float] = ..., changes: _Optional[_Iterable[str]] = ..., arguments: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StallReport(_message.Message):
-    __slots__ = ("seconds_since_step", "median_step_seconds", "stacks")
+    __slots__ = ("seconds_since_step", "median_step_seconds", "stacks", "step_thread_waits_in")
     SECONDS_SINCE_STEP_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STACKS_FIELD_NUMBER: _ClassVar[int]
+    STEP_THREAD_WAITS_IN_FIELD_NUMBER: _ClassVar[int]
     seconds_since_step: float
     median_step_seconds: float
     stacks: str
-    def __init__(self, seconds_since_step: _Optional[float] = ..., median_step_seconds: _Optional[float] = ..., stacks: _Optional[str] = ...) -> None: ...
+    step_thread_waits_in: str
+    def __init__(self, seconds_since_step: _Optional[float] = ..., median_step_seconds: _Optional[float] = ..., stacks: _Optional[str] = ..., step_thread_waits_in: _Optional[str] = ...) -> None: ...
 
 class ProgramInfo(_message.Message):
     __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids", "bytes_accessed_xla", "flops_lower_bound", "loops", "loops_unknown_trip_count")
@@ -200,20 +202,42 @@ class ProgramInfo(_message.Message):
     def __init__(self, fingerprint: _Optional[str] = ..., name: _Optional[str] = ..., fun_name: _Optional[str] = ..., flops: _Optional[float] = ..., flops_xla: _Optional[float] = ..., custom_call_flops: _Optional[float] = ..., transcendentals: _Optional[float] = ..., bytes_accessed: _Optional[float] = ..., argument_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., alias_bytes: _Optional[int] = ..., temp_bytes: _Optional[int] = ..., generated_code_bytes: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., num_devices: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., compiled_at: _Optional[float] = ..., cache_hit: _Optional[bool] = ..., in_step: _Optional[bool] = ..., program_ids: _Optional[_Iterable[int]] = ..., bytes_accessed_xla: _Optional[float] = ..., flops_lower_bound: _Optional[bool] = ..., loops: _Optional[int] = ..., loops_unknown_trip_count: _Optional[int] = ...) -> None: ...
 
 class StepCounters(_message.Message):
-    __slots__ = ("steps_total", "step_seconds_total", "recent_step_seconds", "flops_per_step", "bytes_per_step", "tokens_per_step")
+    __slots__ = ("steps_total", "step_seconds_total", "recent_step_seconds", "flops_per_step", "bytes_per_step", "tokens_per_step", "steps_begun_total", "open_step_seconds")
     STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RECENT_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FLOPS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     BYTES_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_BEGUN_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    OPEN_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     steps_total: int
     step_seconds_total: float
     recent_step_seconds: _containers.RepeatedScalarFieldContainer[float]
     flops_per_step: float
     bytes_per_step: float
     tokens_per_step: float
-    def __init__(self, steps_total: _Optional[int] = ..., step_seconds_total: _Optional[float] = ..., recent_step_seconds: _Optional[_Iterable[float]] = ..., flops_per_step: _Optional[float] = ..., bytes_per_step: _Optional[float] = ..., tokens_per_step: _Optional[float] = ...) -> None: ...
+    steps_begun_total: int
+    open_step_seconds: float
+    def __init__(self, steps_total: _Optional[int] = ..., step_seconds_total: _Optional[float] = ..., recent_step_seconds: _Optional[_Iterable[float]] = ..., flops_per_step: _Optional[float] = ..., bytes_per_step: _Optional[float] = ..., tokens_per_step: _Optional[float] = ..., steps_begun_total: _Optional[int] = ..., open_step_seconds: _Optional[float] = ...) -> None: ...
+
+class ProcessIdentity(_message.Message):
+    __slots__ = ("job_key", "job_key_declared", "distributed", "process_index", "process_count", "slice_index", "worker")
+    JOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_KEY_DECLARED_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTED_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    job_key: str
+    job_key_declared: bool
+    distributed: bool
+    process_index: int
+    process_count: int
+    slice_index: int
+    worker: str
+    def __init__(self, job_key: _Optional[str] = ..., job_key_declared: _Optional[bool] = ..., distributed: _Optional[bool] = ..., process_index: _Optional[int] = ..., process_count: _Optional[int] = ..., slice_index: _Optional[int] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class AgentCounters(_message.Message):
     __slots__ = ("reports_sent_total", "reports_dropped_total", "events_dropped_total", "reconnects_total", "overhead_seconds_total", "ledger_samples_total", "ledger_samples_skipped_total")
@@ -248,7 +272,7 @@ class ExecutionSample(_message.Message):
     def __init__(self, started_at: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., xspace: _Optional[bytes] = ..., step_begin_seconds: _Optional[_Iterable[float]] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
 
 class AgentReport(_message.Message):
-    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall")
+    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall", "process")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +285,7 @@ class AgentReport(_message.Message):
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
     COMPILE_FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     STALL_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     wall_time: float
     memory: _containers.RepeatedCompositeFieldContainer[DeviceMemorySample]
@@ -273,7 +298,8 @@ class AgentReport(_message.Message):
     platform: str
     compile_functions: _containers.RepeatedCompositeFieldContainer[FunctionCompiles]
     stall: StallReport
-    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ...) -> None: ...
+    process: ProcessIdentity
+    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ..., process: _Optional[_Union[ProcessIdentity, _Mapping]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("command_id", "ok", "message", "paths", "error_code", "hlo_gzip", "traced_seconds")
