@@ -362,9 +362,11 @@ class Job:
 
 @dataclass(frozen=True)
 class Finding:
-    """One diagnosis of one job: what is wrong, since when, the evidence and the fix.
+    """One diagnosis of one job (or of the host): what is wrong, since when, the evidence and
+    the fix.
 
-    Built by the daemon's detectors (xmon.findings) from the job's own numbers each tick.
+    Built by the daemon's detectors (xmon.findings) from the job's own numbers each tick; host
+    findings (``Snapshot.findings``) from the devices, collectors and runtime services.
     """
 
     kind: str  # e.g. "recompile", "stall", "host_bound", "memory_leak", "no_steps"
@@ -489,6 +491,9 @@ class Snapshot:
     runtime_services: tuple[RuntimeService, ...] = ()  # e.g. each libtpu metrics server
     slice_info: SliceInfo | None = None  # this host's place in a TPU slice, if known
     exporters: tuple[ExporterHealth, ...] = ()  # as of the previous tick
+    # Findings about the host rather than one job (xmon.findings.host): a runtime metrics
+    # service out of reach, NVML missing beside a GPU, a card full of preallocated memory.
+    findings: tuple[Finding, ...] = ()
 
 
 # --- JSON round trip -------------------------------------------------------------------------
