@@ -271,6 +271,55 @@ class ExecutionSample(_message.Message):
     steps_marked: bool
     def __init__(self, started_at: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., xspace: _Optional[bytes] = ..., step_begin_seconds: _Optional[_Iterable[float]] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
 
+class LiveArray(_message.Message):
+    __slots__ = ("shape", "dtype", "sharding", "nbytes", "device_bytes")
+    class DeviceBytesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    dtype: str
+    sharding: str
+    nbytes: int
+    device_bytes: _containers.ScalarMap[int, int]
+    def __init__(self, shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., sharding: _Optional[str] = ..., nbytes: _Optional[int] = ..., device_bytes: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class OomReport(_message.Message):
+    __slots__ = ("wall_time", "error", "seen_by", "largest_arrays", "live_arrays_total", "live_bytes_total", "memory_profile", "memory_profile_note", "program", "program_source", "failed_allocation_bytes", "memory")
+    WALL_TIME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SEEN_BY_FIELD_NUMBER: _ClassVar[int]
+    LARGEST_ARRAYS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_ARRAYS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LIVE_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PROFILE_NOTE_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ALLOCATION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    wall_time: float
+    error: str
+    seen_by: str
+    largest_arrays: _containers.RepeatedCompositeFieldContainer[LiveArray]
+    live_arrays_total: int
+    live_bytes_total: int
+    memory_profile: bytes
+    memory_profile_note: str
+    program: ProgramInfo
+    program_source: str
+    failed_allocation_bytes: int
+    memory: _containers.RepeatedCompositeFieldContainer[DeviceMemorySample]
+    def __init__(self, wall_time: _Optional[float] = ..., error: _Optional[str] = ..., seen_by: _Optional[str] = ..., largest_arrays: _Optional[_Iterable[_Union[LiveArray, _Mapping]]] = ..., live_arrays_total: _Optional[int] = ..., live_bytes_total: _Optional[int] = ..., memory_profile: _Optional[bytes] = ..., memory_profile_note: _Optional[str] = ..., program: _Optional[_Union[ProgramInfo, _Mapping]] = ..., program_source: _Optional[str] = ..., failed_allocation_bytes: _Optional[int] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ...) -> None: ...
+
 class AgentReport(_message.Message):
     __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall", "process")
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -320,16 +369,18 @@ class CommandResult(_message.Message):
     def __init__(self, command_id: _Optional[int] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ..., paths: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., hlo_gzip: _Optional[bytes] = ..., traced_seconds: _Optional[float] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "report", "result", "execution_sample")
+    __slots__ = ("hello", "report", "result", "execution_sample", "oom")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    OOM_FIELD_NUMBER: _ClassVar[int]
     hello: AgentHello
     report: AgentReport
     result: CommandResult
     execution_sample: ExecutionSample
-    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ...) -> None: ...
+    oom: OomReport
+    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ..., oom: _Optional[_Union[OomReport, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "daemon_version", "period_seconds")
