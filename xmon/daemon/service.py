@@ -6,6 +6,7 @@ Never imports jax: it starts in well under a second and holds no accelerator.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
+from xmon.findings.host import HostFindings
 from xmon.findings.tracker import FindingsTracker
 from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.peaks import PeakTable
@@ -103,6 +105,7 @@ class Daemon:
         )
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
         self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
+        self.host_findings = HostFindings()  # the host's: runtime metrics, NVML, preallocation
         self.hostname = socket.gethostname()
         self.started_at = time.time()
         self._seq = 0
@@ -346,7 +349,7 @@ class Daemon:
         jobs = self.findings.annotate(jobs, reports, output.host)
         self._seq += 1
         counters = self.hub.counters
-        return Snapshot(
+        snapshot = Snapshot(
             seq=self._seq,
             wall_time=time.time(),
             monotonic=now,
@@ -371,6 +374,7 @@ class Daemon:
             slice_info=self.slice_info,
             runtime_services=output.runtime_services,
         )
+        return dataclasses.replace(snapshot, findings=self.host_findings.judge(snapshot))
 
 
 def _bound_hub(hub: Hub, config: DaemonConfig, descriptors: int) -> None:
