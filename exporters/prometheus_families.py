@@ -24,7 +24,7 @@ from xmon.metrics import LABEL_VALUE_MAX, METRICS, REFUSAL_BOUNDS, SPEC_BY_NAME,
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
 
 from .prometheus_execution import add_ledger_series, add_step_series
-from .prometheus_findings import add_finding_series
+from .prometheus_findings import add_finding_series, add_host_finding_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import add_program_series
@@ -143,6 +143,7 @@ def snapshot_families(
     b = self_families(snapshot.daemon.version, snapshot.schema_version, up=True)
     _daemon(b, snapshot)
     _host(b, snapshot)
+    add_host_finding_series(b, snapshot)
     _slice(b, snapshot.slice_info)
     job_names = {job.pid: job.job_name for job in snapshot.jobs}
     for device in snapshot.devices:

@@ -170,6 +170,8 @@ def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
         runtime_services=RUNTIME_SERVICES,
         slice_info=SliceInfo("train-v5e-16", 0, 1, 2, 4, "v5litepod-16", "env"),
         exporters=(ExporterHealth("tensorboard", False, 3, "OSError: disk full", "/tb"),),
+        findings=(Finding("gpu_preallocated", "info", "gpu 0 looks 75% full", 1.0,
+                          subject="gpu 0"),),
     )  # fmt: skip
 
 
@@ -326,7 +328,19 @@ def test_unknown_values_are_absent(series: Key) -> None:
 
 def test_no_host_sample_means_no_host_series() -> None:
     names = {name for name, _ in samples(replace(snapshot(), host=None))}
-    assert not any(n.startswith("xmon_host_") for n in names)
+    host = {n for n in names if n.startswith("xmon_host_")}
+    assert host == {"xmon_host_finding"}  # findings about the host need no psutil sample
+
+
+def test_host_findings_are_counted_by_kind_and_severity() -> None:
+    gpu = Finding("gpu_preallocated", "warning", "full", 1.0, subject="gpu 0")
+    tpu = Finding("tpu_metrics_unreachable", "warning", "no service", 1.0, subject="tpu")
+    s = samples(replace(snapshot(), findings=(gpu, replace(gpu, subject="gpu 1"), tpu)))
+    found = {k: v for k, v in s.items() if k[0] == "xmon_host_finding"}
+    assert found == {
+        key("xmon_host_finding", kind="gpu_preallocated", severity="warning"): 2.0,
+        key("xmon_host_finding", kind="tpu_metrics_unreachable", severity="warning"): 1.0,
+    }
 
 
 def program_series(s: dict[Key, float], name: str, job: dict[str, object]) -> dict[str, float]:

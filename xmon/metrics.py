@@ -406,6 +406,10 @@ _HOST_METRICS = (
        (), "bytes", "Snapshot.host.memory_available_bytes"),
     _g("xmon_host_load1", "1-minute load average (os.getloadavg).",
        (), "", "Snapshot.host.load_average_1m"),
+    _g("xmon_host_finding", "Findings of this kind and severity the daemon holds about the "
+       "host rather than one job (xmon doctor shows their evidence and fix; docs/doctor.md): "
+       "kind is tpu_metrics_unreachable, nvml_unavailable or gpu_preallocated.",
+       ("kind", "severity"), "", "Snapshot.findings[]"),
 )
 
 _DAEMON_METRICS = (

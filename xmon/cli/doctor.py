@@ -1,8 +1,10 @@
-"""``xmon doctor``: the findings of the attached jobs, each with its evidence and its fix.
+"""``xmon doctor``: the findings of the host and of the attached jobs, each with its evidence
+and its fix.
 
 Exit status: 0 when no finding is at warning or worse, 1 when one is, 2 when the daemon cannot
 be asked or the options name no attached job (one line on stderr), so scripts and health
-checks can run ``xmon doctor --job train || page``.
+checks can run ``xmon doctor --job train || page``. Host findings (runtime metrics out of
+reach, NVML missing, a preallocated card) count for every job: they hide its numbers.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from xmon.catalogue import select_jobs
 from xmon.cli import flags
 from xmon.cli.safe_text import printable
 from xmon.findings.tracker import severity_rank
-from xmon.model import Finding, Job
+from xmon.model import Finding, Job, Snapshot
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 WARNING = severity_rank("warning")
@@ -44,16 +46,30 @@ def main(args: argparse.Namespace) -> int:
     except (DaemonUnavailable, RequestFailed, LookupError) as exc:
         print(printable(f"xmon doctor: {exc}"), file=sys.stderr)
         return EXIT_UNUSABLE
+    host = snapshot.findings
     if args.json:
-        print(json.dumps([_job_json(job) for job in jobs], indent=1))
+        print(json.dumps(as_json(snapshot, jobs), indent=1))
     else:
-        print(printable(render(jobs, show_info=args.all, now=time.time()), keep="\n"))
-    return exit_status(jobs)
+        text = render(
+            jobs, show_info=args.all, now=time.time(), host=host, hostname=snapshot.hostname
+        )
+        print(printable(text, keep="\n"))
+    return exit_status(jobs, host)
 
 
-def exit_status(jobs: list[Job]) -> int:
-    serious = any(severity_rank(f.severity) >= WARNING for job in jobs for f in job.findings)
+def exit_status(jobs: list[Job], host: tuple[Finding, ...] = ()) -> int:
+    findings = [*host, *(f for job in jobs for f in job.findings)]
+    serious = any(severity_rank(f.severity) >= WARNING for f in findings)
     return EXIT_FINDINGS if serious else EXIT_OK
+
+
+def as_json(snapshot: Snapshot, jobs: list[Job]) -> dict[str, object]:
+    """``--json``: the host's findings and each selected job's, every field of each."""
+    return {
+        "hostname": snapshot.hostname,
+        "host_findings": [dataclasses.asdict(f) for f in snapshot.findings],
+        "jobs": [_job_json(job) for job in jobs],
+    }
 
 
 def _job_json(job: Job) -> dict[str, object]:
@@ -64,16 +80,27 @@ def _job_json(job: Job) -> dict[str, object]:
     }
 
 
-def render(jobs: list[Job], show_info: bool = False, now: float = 0.0) -> str:
+def render(
+    jobs: list[Job],
+    show_info: bool = False,
+    now: float = 0.0,
+    host: tuple[Finding, ...] = (),
+    hostname: str = "this host",
+) -> str:
+    blocks = [_render_block(f"host {hostname}", host, show_info, now)] if host else []
     if not jobs:
-        return "no job is attached to the daemon"
-    return "\n\n".join(_render_job(job, show_info, now) for job in jobs)
+        blocks.append("no job is attached to the daemon")
+    blocks += [_render_job(job, show_info, now) for job in jobs]
+    return "\n\n".join(blocks)
 
 
 def _render_job(job: Job, show_info: bool, now: float) -> str:
-    shown = [f for f in job.findings if show_info or severity_rank(f.severity) >= WARNING]
-    hidden = len(job.findings) - len(shown)
-    head = f"{job.job_name} (pid {job.pid})"
+    return _render_block(f"{job.job_name} (pid {job.pid})", job.findings, show_info, now)
+
+
+def _render_block(head: str, findings: tuple[Finding, ...], show_info: bool, now: float) -> str:
+    shown = [f for f in findings if show_info or severity_rank(f.severity) >= WARNING]
+    hidden = len(findings) - len(shown)
     if not shown:
         note = f" ({hidden} info finding{'s' * (hidden != 1)}: --all shows them)" if hidden else ""
         return f"{head}: no problems found{note}"
