@@ -179,6 +179,9 @@ def _wrap_lazily(fn: Callable[..., Any]) -> Callable[..., Any]:
         agent.steps.begin()
         try:
             return fn(*args, **kwargs)
+        except BaseException as exc:
+            agent.steps.failed(exc)
+            raise
         finally:
             agent.steps.end()
 

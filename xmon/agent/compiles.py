@@ -295,6 +295,7 @@ class CompileHooks:
         self._original: Callable[..., Any] | None = None
         self._wrapper: Callable[..., Any] | None = None
         self.executable_hook_installed = False
+        self.error_listener: Callable[[BaseException], None] | None = None  # a failed compile
 
     def install(self) -> None:
         import jax.monitoring as monitoring
@@ -313,10 +314,15 @@ class CompileHooks:
         if original is None:
             log.warning("xmon: this jax has no compile_or_get_cached; no program catalogue")
             return
-        recorder = self._recorder
+        recorder, hooks = self._recorder, self
 
         def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
-            executable = original(*args, **kwargs)
+            try:
+                executable = original(*args, **kwargs)
+            except BaseException as exc:
+                if hooks.error_listener is not None:
+                    hooks.error_listener(exc)  # never raises (xmon.agent.oom)
+                raise
             computation = args[1] if len(args) > 1 else kwargs.get("computation")
             recorder.on_executable(computation, executable)
             return executable

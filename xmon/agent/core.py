@@ -18,6 +18,7 @@ from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
 from xmon.agent.live_memory import LiveMemory
+from xmon.agent.oom import OomWatch
 from xmon.agent.redact import redact_argv
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.stall import StallWatch
@@ -73,6 +74,9 @@ class Agent:
         self.hlo.ids_listener = self.compiles.add_program_ids
         self.hlo.cost_listener = self.compiles.add_loop_cost
         self._commands = CommandRunner(self._send_result, self.hlo)
+        self.oom = OomWatch(self.compiles.programs, _program_proto, self._send_oom)
+        self.steps.exception_listener = lambda exc: self.oom.seen(exc, "step")
+        self._hooks.error_listener = lambda exc: self.oom.seen(exc, "compile")
         self.transport = Transport(
             paths.grpc_target(self.socket_path), self._hello, self._commands.submit
         )
@@ -93,6 +97,7 @@ class Agent:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self._hooks.install()
+        self.oom.install()
         if self._annotations is not None:
             self._annotations.install()
         self.transport.start()
@@ -110,6 +115,7 @@ class Agent:
             self.transport.flush(flush_timeout)
         self.transport.stop()
         self._commands.stop()
+        self.oom.uninstall()
         if self._annotations is not None:
             self._annotations.uninstall()
         self._hooks.uninstall()
@@ -258,6 +264,9 @@ class Agent:
 
     def _send_sample(self, sample: xmon_pb2.ExecutionSample) -> bool:
         return self.transport.offer(Outgoing(xmon_pb2.AgentMessage(execution_sample=sample)))
+
+    def _send_oom(self, report: xmon_pb2.OomReport) -> bool:
+        return self.transport.offer(Outgoing(xmon_pb2.AgentMessage(oom=report)))
 
     def _sampling_wanted(self) -> bool:
         # Nobody to send to, or no backend yet: profiling would cost the job for nothing.

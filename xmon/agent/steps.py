@@ -44,6 +44,8 @@ class StepTimer:
         self.boundaries = 0  # bumped at every outermost begin and end: a reading spanning a
         # change saw a step boundary pass
         self.boundary_listener: Callable[[], None] | None = None
+        # Told of an exception leaving a step (xmon.agent.oom looks for out of memory there)
+        self.exception_listener: Callable[[BaseException], None] | None = None
         self.steps_total = 0
         self.declared_flops_per_step: float | None = None
         self.declared_bytes_per_step: float | None = None
@@ -119,11 +121,20 @@ class StepTimer:
             self._pending.clear()
         return recent
 
+    def failed(self, exc: BaseException | None) -> None:
+        """An exception left a step (on the failing thread, before it goes on)."""
+        listener = self.exception_listener
+        if exc is not None and listener is not None:
+            listener(exc)
+
     @contextmanager
     def step(self) -> Iterator[None]:
         self.begin()
         try:
             yield
+        except BaseException as exc:
+            self.failed(exc)
+            raise
         finally:
             self.end()
 
@@ -133,6 +144,9 @@ class StepTimer:
             self.begin()
             try:
                 return fn(*args, **kwargs)
+            except BaseException as exc:
+                self.failed(exc)
+                raise
             finally:
                 self.end()
 
@@ -166,6 +180,7 @@ class StepAnnotationHook:
 
         def __exit__(annotation: Any, *exc: Any) -> Any:
             try:
+                timer.failed(exc[1] if len(exc) > 1 else None)
                 timer.end()
             except Exception:  # noqa: BLE001
                 pass

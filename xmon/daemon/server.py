@@ -13,7 +13,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,8 @@ class Hub:
         default_factory=list
     )
     ledger_reader: LedgerReader = field(default_factory=LedgerReader)
+    # (job name, pid, host, report) of a job that ran out of memory (xmon.daemon.oom.OomSink)
+    oom_sink: Callable[[str, int, str, xmon_pb2.OomReport], None] | None = None
 
     def __post_init__(self) -> None:
         self.ledger_reader.refused = self.budget.refused  # one table of refusals
@@ -280,6 +282,10 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             link.resolve(message.result)
         elif kind == "execution_sample":
             hub.ledger_reader.submit(state.ledger, message.execution_sample)
+        elif kind == "oom":
+            if hub.oom_sink is not None:
+                scrub(message.oom)
+                hub.oom_sink(state.job_name, state.pid, state.hello.hostname, message.oom)
         else:
             hub.counters.reports_rejected += 1
         return True

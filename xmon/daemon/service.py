@@ -26,6 +26,7 @@ from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import lifecycle, memory
 from xmon.daemon.bounds import Limits, connection_cap, raise_descriptor_limit
 from xmon.daemon.jobs import JobBuilder, JobState
+from xmon.daemon.oom import OomSink
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
 from xmon.daemon.server import ControlService, Hub, IngestService
@@ -105,6 +106,7 @@ class Daemon:
         )
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
         self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
+        self.hub.oom_sink = OomSink(lambda: self.config.logdir, self.findings.note_oom).take
         self.host_findings = HostFindings()  # the host's: runtime metrics, NVML, preallocation
         self.hostname = socket.gethostname()
         self.started_at = time.time()

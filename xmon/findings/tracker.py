@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xmon.findings.host_bound import detect_host_bound
-from xmon.findings.memory import detect_leak, in_use_bytes
+from xmon.findings.memory import detect_leak, in_use_bytes, limit_bytes
+from xmon.findings.oom import OomEvent, detect_oom
 from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
 from xmon.findings.stall import detect_stall
@@ -61,6 +62,11 @@ class FindingsTracker:
         self._clock = clock
         self._wall = wall
         self._jobs: dict[int, _History] = {}
+        self._ooms: dict[int, OomEvent] = {}  # each job's latest out-of-memory report
+
+    def note_oom(self, pid: int, event: OomEvent) -> None:
+        """A job's agent reported an out-of-memory error (xmon.daemon.oom)."""
+        self._ooms[pid] = event
 
     def annotate(
         self,
@@ -72,6 +78,8 @@ class FindingsTracker:
         live = {job.pid for job in jobs}
         for pid in [p for p in self._jobs if p not in live]:
             del self._jobs[pid]
+        for pid in [p for p in self._ooms if p not in live]:
+            del self._ooms[pid]
         return tuple(self._annotated(job, reports.get(job.pid), host) for job in jobs)
 
     def _annotated(
@@ -102,6 +110,7 @@ class FindingsTracker:
         if self._steady(history, now):
             found.append(detect_host_bound(job, 0.0))
             found.append(detect_leak(tuple(history.readings), job, host, 0.0))
+        found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
         found.extend(detect_setup(job, now - history.first_seen, 0.0))
         return worst_first(self._dated([f for f in found if f is not None], history))
 
