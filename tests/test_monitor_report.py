@@ -17,12 +17,20 @@ from xmon.model import (
     DeviceInfo,
     DeviceMemory,
     DeviceProcess,
+    Finding,
     JobDevice,
     LedgerStats,
     StepStats,
     Utilization,
 )
-from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches, rfc3339
+from xmon.monitor_report import (
+    DETAIL_MAX_CHARS,
+    GROUPS,
+    ReportOptions,
+    build_report,
+    job_matches,
+    rfc3339,
+)
 
 from views_support import job, snapshot, tpu_device
 
@@ -266,3 +274,36 @@ def test_without_samples_the_ledger_window_is_null(validator: Any) -> None:
 def test_rfc3339_is_utc_with_milliseconds() -> None:
     assert rfc3339(0.0) == "1970-01-01T00:00:00.000Z"
     assert rfc3339(1_700_000_000.1234) == "2023-11-14T22:13:20.123Z"
+
+
+STACKS = (
+    "Thread MainThread (1):\n" + '  File "/job/train.py", line 9, in wait_for_the_loader\n' * 200
+)
+
+
+def test_findings_of_jobs_and_host_are_in_every_report(validator: Any) -> None:
+    stall = Finding("stall", "warning", "no step has finished for 31 s", 1_700_000_150.0,
+                    evidence=(("seconds since last step", "31.0"),), fix="Read the stack.",
+                    value=31.0, detail=STACKS)  # fmt: skip
+    host = Finding("gpu_preallocated", "info", "gpu 0 looks 75% full", 1_700_000_100.0,
+                   subject="gpu 0", value=5e10, fix="PREALLOCATE=false")  # fmt: skip
+    base = rich_snapshot()
+    stalled = dataclasses.replace(base.jobs[0], findings=(stall,))
+    snap = dataclasses.replace(base, jobs=(stalled, base.jobs[1]), findings=(host,))
+    report = valid(validator, build_report(snap, None))
+    (finding,) = report["jobs"][0]["findings"]
+    assert finding["kind"] == "stall" and finding["severity"] == "warning"
+    assert finding["since"] == 1_700_000_150.0 and finding["value"] == 31.0
+    assert finding["evidence"] == [{"name": "seconds since last step", "value": "31.0"}]
+    assert finding["fix"] == "Read the stack." and finding["subject"] is None
+    assert len(STACKS) > DETAIL_MAX_CHARS and finding["detail_truncated"] is True
+    assert finding["detail"] == STACKS[:DETAIL_MAX_CHARS]
+    assert report["jobs"][1]["findings"] == []
+    assert report["findings"][0]["subject"] == "gpu 0"
+    assert report["findings"][0]["detail_truncated"] is False
+    # host findings do not depend on the groups; a job's come with the jobs group
+    only_system = build_report(snap, None, ReportOptions(groups=frozenset({"system"})))
+    assert valid(validator, only_system)["findings"][0]["kind"] == "gpu_preallocated"
+    bad = json.loads(json.dumps(report))
+    bad["findings"][0]["severity"] = "fatal"
+    assert not validator.is_valid(bad)

@@ -24,6 +24,7 @@ from xmon.model import (
     CompileEvent,
     CompileStats,
     Device,
+    Finding,
     HostSample,
     Job,
     JobDevice,
@@ -35,6 +36,9 @@ from xmon.model import (
 # flops_per_step counts the hardware FLOPs of what executed.
 REPORT_SCHEMA_VERSION = 2
 GROUPS = ("system", "hardware", "jobs", "programs")
+# A finding's long evidence (a stall's thread stacks, up to 64 KiB) is cut to this many
+# characters in each report; xmon doctor --json has it whole.
+DETAIL_MAX_CHARS = 4096
 
 # Cumulative counters reported as {"total": ..., "delta": ...}: report key -> model field.
 _STEP_COUNTERS = {"steps": "steps_total", "seconds": "step_seconds_total"}
@@ -96,6 +100,7 @@ def build_report(
         "period_seconds": period,
         "hostname": snapshot.hostname,
         "daemon": _daemon(snapshot),
+        "findings": findings_section(snapshot.findings),
     }
     if "system" in options.groups:
         report["system"] = system_section(snapshot.host)
@@ -242,6 +247,28 @@ def job_section(job: Job, previous: Snapshot | None, with_programs: bool) -> dic
         "process": dataclasses.asdict(job.process) if job.process is not None else None,
         "agent": _counters(job.agent, old.agent if old else None, _AGENT_COUNTERS),
         "ledger": _ledger(job, old),
+        "findings": findings_section(job.findings),
+    }
+
+
+def findings_section(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    """Findings, worst first, as the daemon holds them (xmon.findings; docs/doctor.md)."""
+    return [_finding(f) for f in findings]
+
+
+def _finding(finding: Finding) -> dict[str, Any]:
+    detail = finding.detail
+    return {
+        "kind": finding.kind,
+        "severity": finding.severity,
+        "since": finding.since,
+        "summary": finding.summary,
+        "subject": finding.subject,
+        "value": finding.value,
+        "evidence": [{"name": name, "value": value} for name, value in finding.evidence],
+        "fix": finding.fix,
+        "detail": detail[:DETAIL_MAX_CHARS],
+        "detail_truncated": len(detail) > DETAIL_MAX_CHARS,
     }
 
 
