@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dashboards.alerts import RECORDS
 from dashboards.grafana import (
     DATASOURCE,
     GRID_COLUMNS,
@@ -28,6 +29,8 @@ from dashboards.grafana import (
     table_name,
 )
 
+_RECORDED = re.compile(r"\bxmon:[a-z0-9_:]+")
+RECORDED_NAMES = frozenset(record.name for record in RECORDS)
 UNITS = frozenset({"none", "short", "percentunit", "bytes", "s", "Bps", "flops", "watt",
                    "celsius", "hertz"})  # fmt: skip
 PANEL_TYPES = frozenset({"row", "timeseries", "stat", "table", "heatmap"})
@@ -122,6 +125,9 @@ def check_expr(expr: str, defined: set[str], filtered: bool = True) -> Iterator[
     for name in metric_names(expr):
         if name not in PROMETHEUS_SERIES and table_name(name) is None:
             yield f"{name} is not in xmon.metrics (in {expr!r})"
+    for name in _RECORDED.findall(expr):
+        if name not in RECORDED_NAMES:
+            yield f"{name} is not a recording rule of dashboards/alerts.py (in {expr!r})"
     for name, braces in _SELECTOR.findall(expr):
         if defined and filtered and 'instance=~"$instance"' not in (braces or ""):
             yield f'{name} without instance=~"$instance" in {expr!r}'

@@ -241,6 +241,7 @@ def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
     _job_process_and_agent(b, job, key)
     add_ledger_series(b, job, key)
     add_finding_series(b, job, key)
+    add_fleet_series(b, job, key)
 
 
 def _job_devices(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:

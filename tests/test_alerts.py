@@ -18,7 +18,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dashboards.alerts import ALERTS, render_rules  # noqa: E402
+from dashboards.alerts import ALERTS, RECORDS, render_rules  # noqa: E402
 from dashboards.lint import check_expr  # noqa: E402
 
 RULES = REPO / "dashboards" / "alerts" / "xmon.rules.yml"
@@ -37,7 +37,7 @@ def promtool(*args: str, cwd: Path = RULES.parent) -> subprocess.CompletedProces
 def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+    assert f"SUCCESS: {len(ALERTS) + len(RECORDS)} rules found" in result.stdout
 
 
 @needs_promtool
@@ -72,8 +72,27 @@ def test_rules_file_matches_the_definitions() -> None:
     assert RULES.read_text() == render_rules(), "run: python -m dashboards.generate"
     groups = yaml.safe_load(RULES.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
-    assert [r["alert"] for r in rules] == [a.name for a in ALERTS]
-    assert [r["expr"] for r in rules] == [a.expr for a in ALERTS]
+    alerts = [rule for rule in rules if "alert" in rule]
+    records = [rule for rule in rules if "record" in rule]
+    assert len(alerts) + len(records) == len(rules)
+    assert [r["alert"] for r in alerts] == [a.name for a in ALERTS]
+    assert [r["expr"] for r in alerts] == [a.expr for a in ALERTS]
+    assert [(r["record"], r["expr"]) for r in records] == [(r.name, r.expr) for r in RECORDS]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.name)
+def test_recording_rule_is_well_formed(record: object) -> None:
+    from dashboards.rule_types import Record
+
+    assert isinstance(record, Record)
+    assert re.fullmatch(r"xmon:[a-z_]+:[a-z_]+(:[a-z_]+)?", record.name)  # level:metric:ops
+    assert list(check_expr(record.expr, set())) == []
+    assert record.help
+
+
+def test_every_recording_rule_is_read_by_an_alert_a_test_or_another_rule() -> None:
+    used = " ".join([a.expr for a in ALERTS] + [r.expr for r in RECORDS]) + RULE_TESTS.read_text()
+    assert [r.name for r in RECORDS if used.count(r.name) < 1] == []
 
 
 @pytest.mark.parametrize("alert", ALERTS, ids=lambda a: a.name)

@@ -40,6 +40,7 @@ from xmon.model import (
     DeviceProcess,
     ExporterHealth,
     Finding,
+    FleetIdentity,
     HardwareCounters,
     HostSample,
     Job,
@@ -49,6 +50,7 @@ from xmon.model import (
     Program,
     SliceInfo,
     Snapshot,
+    StepBreakdown,
     StepStats,
     Utilization,
 )
@@ -106,7 +108,8 @@ def train_job(n_programs: int = 60) -> Job:
                         p50_step_seconds=0.5, p90_step_seconds=0.6, p99_step_seconds=0.9,
                         steps_per_second=2.0, flops_per_step=1e12, bytes_per_step=1e9,
                         model_flops_per_step=6e11, tokens_per_step=4096.0,
-                        seconds_since_last_step=0.3),
+                        seconds_since_last_step=0.3, steps_begun_total=101,
+                        open_step_seconds=0.25, stall_waits_in="host"),
         utilization=Utilization(
             achieved_flops_per_second=2e12, achieved_bytes_per_second=2e9,
             achieved_model_flops_per_second=1.2e12, peak_flops_per_second=4e12,
@@ -123,6 +126,9 @@ def train_job(n_programs: int = 60) -> Job:
         findings=(Finding("recompile", "warning", "jit_a recompiled", 1.0, subject="jit_a"),
                   Finding("recompile", "warning", "jit_b recompiled", 1.0, subject="jit_b"),
                   Finding("no_peak", "info", "no peak", 1.0)),
+        fleet=FleetIdentity("10.0.0.2:8476/4", process_index=2, process_count=4, slice_index=0,
+                            worker="w-2", distributed=True),
+        step_breakdown=StepBreakdown(0.5, 0.3, 0.15, 0.05),
     )  # fmt: skip
 
 
@@ -293,6 +299,14 @@ EXPECTED = [
         64.0,
     ),  # fmt: skip
     (key("xmon_job_steps_total", **EVAL), 0.0),
+    (key("xmon_job_fleet_info", **TRAIN, job_key="10.0.0.2:8476/4", process_index=2,
+         process_count=4, slice_index=0, worker="w-2"), 1.0),
+    (key("xmon_job_steps_begun_total", **TRAIN), 101.0),
+    (key("xmon_job_open_step_seconds", **TRAIN), 0.25),
+    (key("xmon_job_stalled", **TRAIN, waits_in="host"), 1.0),
+    (key("xmon_job_step_host_seconds", **TRAIN), 0.05),
+    (key("xmon_job_step_device_compute_seconds", **TRAIN), 0.3),
+    (key("xmon_job_step_device_collective_seconds", **TRAIN), 0.15),
 ]
 
 

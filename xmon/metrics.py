@@ -466,6 +466,35 @@ _PROFILING_METRICS = (
        "full).", ("exporter",), "", "Snapshot.exporters[].errors_total"),
 )
 
+_FLEET_METRICS = (
+    _i("xmon_job_fleet_info", "Which process of which multi-process JAX job this is (always 1): "
+       "every process of one jax.distributed job has the same job_key (its coordinator address "
+       "and process count, or XMON_JOB_KEY). A job that is not distributed has a key of its "
+       "own. Join on (instance, job_name, pid). Absent until the job's backend is up.",
+       (*JOB, "job_key", "process_index", "process_count", "slice_index", "worker"),
+       "Job.fleet"),
+    _c("xmon_job_steps_begun_total", "Steps begun: finished ones plus the one open now (step "
+       "markers only). In a hang, processes that began a step the others did not are waiting "
+       "for them.", JOB, "", "Job.steps.steps_begun_total"),
+    _g("xmon_job_open_step_seconds", "How long the step open now has run; absent when no step "
+       "is open.", JOB, "seconds", "Job.steps.open_step_seconds"),
+    _g("xmon_job_stalled", "1 while the agent sees no step finish for max(10 x median step, "
+       "20 s); waits_in says where its step thread waits: jax (on the device or a collective: "
+       "waiting for another process), host (a lock, I/O, a data loader: the process that "
+       "stopped first), or unknown. Absent when not stalled.",
+       (*JOB, "waits_in"), "", "Job.steps.stall_waits_in"),
+    _g("xmon_job_step_host_seconds", "Per step, the time this process's devices wait for its "
+       "host to dispatch work: step time x (1 - device busy ratio), from the execution ledger. "
+       "In a multi-process job the straggler has the most.",
+       JOB, "seconds", "Job.step_breakdown.host_seconds"),
+    _g("xmon_job_step_device_compute_seconds", "Per step, device time outside collective ops "
+       "(execution ledger).", JOB, "seconds", "Job.step_breakdown.compute_seconds"),
+    _g("xmon_job_step_device_collective_seconds", "Per step, device time in collective ops "
+       "(all-reduce, all-gather, ...), waiting for the other processes included: the fast "
+       "processes of a job with a straggler have the most.",
+       JOB, "seconds", "Job.step_breakdown.collective_seconds"),
+)
+
 # fmt: on
 
 GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
@@ -477,6 +506,7 @@ GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
     ("Jobs: steps and utilisation", _STEP_METRICS),
     ("Jobs: process and agent transport", _PROCESS_METRICS),
     ("Jobs: execution ledger", _LEDGER_METRICS),
+    ("Jobs: processes of multi-process jobs (fleet)", _FLEET_METRICS),
     ("Profiling: captures and file exporters", _PROFILING_METRICS),
 )
 METRICS: tuple[MetricSpec, ...] = tuple(spec for _, specs in GROUPS for spec in specs)

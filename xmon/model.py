@@ -278,6 +278,40 @@ class StepStats:
     # On the daemon's clock since steps_total last moved (xmon.findings.tracker); None before
     # the first step.
     seconds_since_last_step: float | None = None
+    steps_begun_total: int = 0  # finished steps plus the one open now (step markers only)
+    open_step_seconds: float | None = None  # how long the open step has run; None when none
+    # While the agent sees no step finish for long: where its step thread waits, "jax" (on the
+    # device or a collective) or "host" (anything else: a lock, I/O, a data loader).
+    stall_waits_in: str | None = None
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where one step's time goes on this process's devices, from the execution ledger
+    (mean over the process's devices; xmon.execution.rates.step_breakdown).
+
+    In a multi-process job every process's step takes as long as the slowest one's, so the
+    step time hides a straggler. What differs is how the time splits: the straggler's devices
+    wait longest for their host; the others wait in collectives for the straggler."""
+
+    step_seconds: float
+    compute_seconds: float  # device busy outside collective ops
+    collective_seconds: float  # device time in collective ops, waits for other processes included
+    host_seconds: float  # device idle: waiting for this process's host to dispatch work
+
+
+@dataclass(frozen=True)
+class FleetIdentity:
+    """Which process of which multi-process job this is (xmon.fleet.identity): every process
+    of one jax.distributed job reports the same job key."""
+
+    job_key: str
+    process_index: int = 0
+    process_count: int = 1
+    slice_index: int | None = None
+    worker: str = ""
+    distributed: bool = False
+    job_key_declared: bool = False
 
 
 @dataclass(frozen=True)
@@ -358,6 +392,8 @@ class Job:
     captures: tuple[CaptureCount, ...] = ()  # traces and memory profiles the daemon asked for
     ledger: LedgerStats = field(default_factory=LedgerStats)
     findings: tuple[Finding, ...] = ()  # diagnoses of this job (xmon.findings), worst first
+    fleet: FleetIdentity | None = None  # None until the job's backend is up
+    step_breakdown: StepBreakdown | None = None  # None before a ledger sample with a step rate
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ def attach(
     ledger: bool | None = None,
     ledger_interval: float | None = None,
     ledger_duration: float | None = None,
+    job_key: str | None = None,
 ) -> Agent:
     """Start reporting this job to the local xmon daemon. Idempotent: a second call returns
     the running agent (a different job_name or period is ignored with a warning).
@@ -53,6 +54,9 @@ def attach(
     The execution ledger (what ran, how often; xmon.agent.sampler) records the job for
     ``ledger_duration`` seconds every ``ledger_interval`` seconds; ``ledger=False`` (or
     ``XMON_LEDGER=off``) turns it off, and with it executed FLOPs, HFU and device busy ratio.
+
+    ``job_key`` (or ``XMON_JOB_KEY``) names the job every process of a multi-process job
+    belongs to; by default it comes from ``jax.distributed`` (xmon.fleet.identity).
     """
     global _agent
     with _lock:
@@ -66,6 +70,7 @@ def attach(
             socket_path=Path(socket_path) if socket_path else None,
             step_annotations=step_annotations,
             ledger=config_from(ledger, ledger_interval, ledger_duration),
+            job_key=job_key,
         )
         agent.start()
         _agent = agent

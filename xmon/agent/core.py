@@ -25,6 +25,7 @@ from xmon.agent.stall import StallWatch
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
 from xmon.findings.recompiles import FunctionRow
+from xmon.fleet.identity import ProcessIdentity, distributed_coordinator, identify
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names
@@ -51,6 +52,7 @@ class Agent:
         step_annotations: bool = True,
         env: Mapping[str, str] | None = None,
         ledger: LedgerConfig | None = None,
+        job_key: str | None = None,
     ) -> None:
         env = os.environ if env is None else env
         if not 0.01 <= period <= 3600:
@@ -92,6 +94,8 @@ class Agent:
         self._devices: list[Any] = []
         self._device_infos: list[xmon_pb2.DeviceInfo] = []
         self._devices_announced = False  # the daemon on the current stream knows our devices
+        self._declared_job_key = job_key
+        self._identity: xmon_pb2.ProcessIdentity | None = None  # once the backend is up
         self.overhead_seconds = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -158,6 +162,22 @@ class Agent:
             return
         self._devices = memory.local_devices()
         self._device_infos = [_device_proto(memory.device_info(d)) for d in self._devices]
+        # jax.distributed is initialised before the backend (jax refuses the other order), so
+        # what the process learns now is final for its life.
+        try:
+            self._identity = _identity_proto(
+                identify(
+                    self.job_name,
+                    self._devices,
+                    self._env,
+                    self._declared_job_key,
+                    distributed_coordinator(),
+                    _process_index(),
+                    _process_count(),
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the job's other numbers still go out
+            log.debug("xmon: process identity unknown: %r", exc)
 
     def _hello(self) -> xmon_pb2.AgentMessage:
         import jax
@@ -205,6 +225,7 @@ class Agent:
             platform=self._platform(),
             compile_functions=[_function_proto(f) for f in self.compiles.recompiled_functions()],
             stall=self.stall.report(),
+            process=self._identity,
         )
         return xmon_pb2.AgentMessage(report=report), programs
 
@@ -238,7 +259,11 @@ class Agent:
             steps_total=steps_total,
             step_seconds_total=step_seconds_total,
             recent_step_seconds=self.steps.take_recent(),
+            steps_begun_total=self.steps.steps_begun,
         )
+        open_for = self.steps.open_step_seconds()
+        if open_for is not None:
+            counters.open_step_seconds = open_for
         if self.steps.declared_flops_per_step is not None:
             counters.flops_per_step = self.steps.declared_flops_per_step
         if self.steps.declared_bytes_per_step is not None:
@@ -283,6 +308,20 @@ def _process_count() -> int:
     import jax
 
     return int(jax.process_count())
+
+
+def _identity_proto(identity: ProcessIdentity) -> xmon_pb2.ProcessIdentity:
+    proto = xmon_pb2.ProcessIdentity(
+        job_key=identity.job_key,
+        job_key_declared=identity.job_key_declared,
+        distributed=identity.distributed,
+        process_index=identity.process_index,
+        process_count=identity.process_count,
+        worker=identity.worker,
+    )
+    if identity.slice_index is not None:
+        proto.slice_index = identity.slice_index
+    return proto
 
 
 def _device_proto(info: Any) -> xmon_pb2.DeviceInfo:

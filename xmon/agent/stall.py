@@ -8,6 +8,7 @@ each report while the stall lasts (the daemon keeps only the latest report).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import threading
@@ -45,7 +46,27 @@ class StallWatch:
             seconds_since_step=now - last_end,
             median_step_seconds=median or 0.0,
             stacks=self._stacks,
+            step_thread_waits_in=waits_in(self._timer.step_thread),
         )
+
+
+_JAX_PACKAGES = tuple(f"{os.sep}{name}{os.sep}" for name in ("jax", "jaxlib"))
+
+
+def waits_in(thread: int | None) -> str:
+    """Where a thread is now: "jax" when its innermost Python frame is in jax or jaxlib
+    (blocked on the device or in a collective, waiting for other processes), "host" when in
+    other code (a lock, I/O, a data loader), "" when the thread is unknown or gone.
+
+    In a hung multi-process job, the processes waiting in jax are waiting for one that is not:
+    this is what names the process that stopped first."""
+    if thread is None:
+        return ""
+    frame = sys._current_frames().get(thread)
+    if frame is None:
+        return ""
+    return "jax" if any(p in frame.f_code.co_filename for p in _JAX_PACKAGES) else "host"
+
 
 
 def thread_stacks(skip: int | None = None) -> str:

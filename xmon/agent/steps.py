@@ -41,6 +41,9 @@ class StepTimer:
         # Clock readings of recent step begins, for the execution sampler (xmon.agent.sampler)
         self.begin_times: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
         self._open = 0  # steps open on all threads together
+        self._open_since: float | None = None  # clock reading when the open steps began
+        self.steps_begun = 0
+        self.step_thread: int | None = None  # thread ident of the latest outermost begin
         self.boundaries = 0  # bumped at every outermost begin and end: a reading spanning a
         # change saw a step boundary pass
         self.boundary_listener: Callable[[], None] | None = None
@@ -77,6 +80,12 @@ class StepTimer:
     def open_steps(self) -> int:
         return self._open
 
+    def open_step_seconds(self) -> float | None:
+        """How long the step open now has run (since steps were last all closed); None when
+        no step is open."""
+        since = self._open_since
+        return None if since is None else max(0.0, self._clock() - since)
+
     def in_step(self) -> bool:
         return getattr(self._local, "depth", 0) > 0
 
@@ -94,9 +103,13 @@ class StepTimer:
                 self._first_start = now
             else:
                 self._pending.append(now - previous)
+            if not self._open:
+                self._open_since = now
             self._open += 1
+            self.steps_begun += 1
             self.boundaries += 1
             self.begin_times.append(now)
+        self.step_thread = threading.get_ident()
         return True
 
     def end(self) -> None:
@@ -111,6 +124,8 @@ class StepTimer:
             self._open = max(0, self._open - 1)
             self.boundaries += 1
             at_rest = self._open == 0
+            if at_rest:
+                self._open_since = None
         listener = self.boundary_listener
         if at_rest and listener is not None:
             listener()

@@ -24,6 +24,7 @@ from xmon.model import (
     CompileStats,
     DeviceInfo,
     DeviceMemory,
+    FleetIdentity,
     Job,
     JobDevice,
     LedgerStats,
@@ -211,6 +212,8 @@ def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.
     slim.compile_functions.extend(report.compile_functions[:16])
     if report.HasField("stall"):
         slim.stall.CopyFrom(report.stall)
+    if report.HasField("process"):
+        slim.process.CopyFrom(report.process)
     limits = budget.limits
     budget.refuse("devices", len(report.memory) - limits.devices_per_job)
     for sample in report.memory[: limits.devices_per_job]:
@@ -287,11 +290,21 @@ class JobBuilder:
         marked_rate = self._marked_rate(state) if counters.steps_total else None
         step_rate = marked_rate if counters.steps_total else ledger.steps_per_second
         programs = tuple(rates.with_ledger(p, ledger, step_rate) for p in state.sorted_programs())
-        devices = self._devices(state, ledger)
+        devices, busy, collective = self._devices(state, ledger)
         work = rates.executed_work(programs)
-        steps = self._steps(state, counters, programs, step_rate, work)
+        steps = self._steps(state, counters, programs, step_rate, work, report)
+        fleet = fleet_identity(report.process) if report and report.HasField("process") else None
+        identity = state.identity
+        if fleet is not None:  # the hello may precede jax.distributed: the report is final
+            identity = {
+                **identity,
+                "process_index": fleet.process_index,
+                "process_count": fleet.process_count,
+            }
         return Job(
-            **state.identity,
+            **identity,
+            fleet=fleet,
+            step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
             platform=state.platform or hello.platform or "unknown",
             last_report_at=state.last_report_at,
             devices=devices,
@@ -315,9 +328,14 @@ class JobBuilder:
                 return 0.0  # the job stopped stepping: no throughput, not "unknown"
         return rate
 
-    def _devices(self, state: JobState, ledger: LedgerRates) -> tuple[JobDevice, ...]:
+    def _devices(
+        self, state: JobState, ledger: LedgerRates
+    ) -> tuple[tuple[JobDevice, ...], dict[int, float], dict[int, float]]:
+        """The job's devices, and each one's busy and collective ratios (empty before a
+        ledger sample)."""
         samples = {s.device_id: s for s in state.report.memory} if state.report else {}
         busy: dict[int, float] = {}
+        collective: dict[int, float] = {}
         if ledger.samples:
             ordinals = {
                 i: info.local_hardware_id
@@ -325,7 +343,10 @@ class JobBuilder:
                 if info.local_hardware_id is not None
             }
             busy = rates.busy_by_device(ledger.busy_ratio, list(state.devices), ordinals)
-        return tuple(
+            collective = rates.busy_by_device(
+                ledger.collective_ratio, list(state.devices), ordinals
+            )
+        devices = tuple(
             JobDevice(
                 info=info,
                 memory=device_memory(samples[device_id])
@@ -335,6 +356,7 @@ class JobBuilder:
             )
             for device_id, info in sorted(state.devices.items())
         )
+        return devices, busy, collective
 
     def _steps(
         self,
@@ -343,6 +365,7 @@ class JobBuilder:
         programs: tuple[Program, ...],
         rate: float | None,
         work: rates.ExecutedWork,
+        report: xmon_pb2.AgentReport | None,
     ) -> StepStats:
         window = tuple(state.steps_window)
         inferred_from = None
@@ -368,6 +391,9 @@ class JobBuilder:
             window=window[-THROUGHPUT_WINDOW:],
             inferred=inferred_from is not None,
             inferred_from=inferred_from,
+            steps_begun_total=max(counters.steps_begun_total, counters.steps_total),
+            open_step_seconds=_declared(counters, "open_step_seconds"),
+            stall_waits_in=_stall_waits_in(report),
         )
 
     def _utilization(
@@ -393,6 +419,25 @@ class JobBuilder:
             flops_lower_bound=work.lower_bound,
             tokens_per_second=derived.achieved_rate(steps.tokens_per_step, steps.steps_per_second),
         )
+
+
+def _stall_waits_in(report: xmon_pb2.AgentReport | None) -> str | None:
+    if report is None or not report.HasField("stall"):
+        return None
+    where = report.stall.step_thread_waits_in
+    return where if where in ("jax", "host") else "unknown"
+
+
+def fleet_identity(process: xmon_pb2.ProcessIdentity) -> FleetIdentity:
+    return FleetIdentity(
+        job_key=clean_label(process.job_key),
+        process_index=max(0, process.process_index),
+        process_count=max(1, process.process_count),
+        slice_index=process.slice_index if process.HasField("slice_index") else None,
+        worker=_clean_text(process.worker),
+        distributed=process.distributed,
+        job_key_declared=process.job_key_declared,
+    )
 
 
 def _declared(counters: xmon_pb2.StepCounters, name: str) -> float | None:

@@ -30,7 +30,7 @@ import re
 import statistics
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
@@ -52,6 +52,19 @@ _SUMMARY_LINES = frozenset({MODULES_LINE, "Steps", "XLA TraceMe", "Framework Ops
 MIN_CORE_EXECUTIONS = 3  # fewer starts of the dominant program: count the whole sample
 DEFAULT_WINDOW_SAMPLES = 6
 MAX_SAMPLE_BYTES = 16 * 1024 * 1024
+
+
+# HLO collective ops (and their async -start/-done halves), and NCCL's kernels on GPU planes.
+_COLLECTIVE = re.compile(
+    r"^%?(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute"
+    r"|collective-broadcast|send|recv)([.-]|$)|^nccl",
+    re.IGNORECASE,
+)
+
+
+def is_collective(op_name: str) -> bool:
+    """Whether an op moves data between devices (its time includes waiting for the others)."""
+    return bool(_COLLECTIVE.match(op_name))
 
 
 class SampleUnreadable(Exception):
@@ -76,6 +89,8 @@ class SampleReading:
     device_busy_seconds: Mapping[int, float]  # device ordinal -> union of its op intervals
     program_device_seconds: Mapping[int, float]  # program id -> device-seconds of its ops
     program_device_runs: Mapping[int, int]  # program id -> (execution, device) pairs seen
+    # device ordinal -> union of its collective ops' intervals (part of its busy seconds)
+    device_collective_seconds: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,8 @@ class LedgerRates:
     steps_per_second: float | None  # as the samples saw it (the profiler slows a job a little)
     device_seconds_per_execution: Mapping[int, float]  # program id -> mean on one device
     busy_ratio: Mapping[int, float]  # device ordinal -> busy seconds / sampled seconds
+    # device ordinal -> collective seconds / sampled seconds (within busy_ratio)
+    collective_ratio: Mapping[int, float] = field(default_factory=dict)
 
 
 class _Intervals:
@@ -131,6 +148,8 @@ class _SampleParser:
             lambda: defaultdict(list)
         )
         self.device_ops: defaultdict[int, _Intervals] = defaultdict(_Intervals)
+        self.collective_ops: defaultdict[int, _Intervals] = defaultdict(_Intervals)
+        self._names: Mapping[int, str] = {}
         self.program_ops: defaultdict[tuple[int, int], _Intervals] = defaultdict(_Intervals)
         self.program_runs: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
 
@@ -141,6 +160,7 @@ class _SampleParser:
             return  # python, host threads without XLA ops
         match = _DEVICE_PLANE.match(plane.name)
         plane_device = int(match["index"]) if match else None
+        self._names = {key: meta.name for key, meta in plane.event_metadata.items()}
         shared = {
             key: stat_value(meta.stats, ids, names, {})
             for key, meta in plane.event_metadata.items()
@@ -188,6 +208,9 @@ class _SampleParser:
             self.program_runs[program].add((run, device))
         self.device_ops[device].add(start, end)
         self.program_ops[(program, device)].add(start, end)
+        op = values.get(HLO_OP)
+        if is_collective(op if isinstance(op, str) else self._names.get(event.metadata_id, "")):
+            self.collective_ops[device].add(start, end)
 
     def starts(self) -> dict[int, list[int]]:
         """Execution start times by program: run ids where present, else module events."""
@@ -259,6 +282,9 @@ def reading_from(
         },
         program_device_seconds=dict(program_seconds),
         program_device_runs={p: len(runs) for p, runs in parser.program_runs.items()},
+        device_collective_seconds={
+            d: spans.union_length() / 1e12 for d, spans in parser.collective_ops.items()
+        },
     )
 
 
@@ -313,7 +339,10 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
     device_seconds: defaultdict[int, float] = defaultdict(float)
     device_runs: defaultdict[int, int] = defaultdict(int)
     busy: defaultdict[int, float] = defaultdict(float)
+    collective: defaultdict[int, float] = defaultdict(float)
     for sample in samples:
+        for device, seconds in sample.device_collective_seconds.items():
+            collective[device] += seconds
         for program, n in sample.executions.items():
             executions[program] += n
         for program, seconds in sample.program_device_seconds.items():
@@ -342,6 +371,9 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             p: device_seconds[p] / runs for p, runs in device_runs.items() if runs
         },
         busy_ratio={d: min(1.0, s / sampled) for d, s in busy.items()} if sampled > 0 else {},
+        collective_ratio=(
+            {d: min(1.0, s / sampled) for d, s in collective.items()} if sampled > 0 else {}
+        ),
     )
 
 

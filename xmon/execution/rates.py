@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from xmon.execution.ledger import LedgerRates
-from xmon.model import Program
+from xmon.model import Program, StepBreakdown
 
 LEDGER = "ledger"
 
@@ -117,9 +117,31 @@ def busy_by_device(
 ) -> dict[int, float]:
     """Busy ratio per job device id. The profiler names devices by their local ordinal:
     ``ordinals`` maps device id to it where known (PJRT's local_hardware_id), else a device's
-    position among the job's devices stands in. Devices the samples saw idle get 0."""
+    position among the job's devices stands in. The CPU backend names its devices by their
+    id instead (2048 for process 1's device in a multi-process job, whose local ordinal is 0):
+    the id is tried when the ordinal is not there. Devices the samples saw idle get 0."""
     result = {}
     for position, device_id in enumerate(sorted(device_ids)):
         ordinal = ordinals.get(device_id, position)
-        result[device_id] = busy_ratio.get(ordinal, 0.0)
+        result[device_id] = busy_ratio.get(ordinal, busy_ratio.get(device_id, 0.0))
     return result
+
+
+def step_breakdown(
+    busy: Mapping[int, float], collective: Mapping[int, float], steps_per_second: float | None
+) -> StepBreakdown | None:
+    """Where a step's time goes on a process's devices: ``busy`` and ``collective`` are each
+    device's busy and collective ratios (xmon.execution.ledger), averaged over the devices.
+    None without a step rate or a sample."""
+    if not steps_per_second or steps_per_second <= 0 or not busy:
+        return None
+    step = 1.0 / steps_per_second
+    mean_busy = min(1.0, sum(busy.values()) / len(busy))
+    mean_collective = min(mean_busy, sum(collective.get(d, 0.0) for d in busy) / len(busy))
+    return StepBreakdown(
+        step_seconds=step,
+        compute_seconds=(mean_busy - mean_collective) * step,
+        collective_seconds=mean_collective * step,
+        host_seconds=(1.0 - mean_busy) * step,
+    )
+
