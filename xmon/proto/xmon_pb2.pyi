@@ -118,7 +118,7 @@ class CompileCounters(_message.Message):
     def __init__(self, compiles_total: _Optional[int] = ..., recompiles_total: _Optional[int] = ..., backend_compile_seconds_total: _Optional[float] = ..., trace_seconds_total: _Optional[float] = ..., lowering_seconds_total: _Optional[float] = ..., cache_requests_total: _Optional[int] = ..., cache_hits_total: _Optional[int] = ..., cache_misses_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager_compiles_total: _Optional[int] = ...) -> None: ...
 
 class FunctionCompiles(_message.Message):
-    __slots__ = ("name", "compiles_total", "steady_recompiles_total", "eager", "first_compiled_at", "last_compiled_at", "changes", "arguments")
+    __slots__ = ("name", "compiles_total", "steady_recompiles_total", "eager", "first_compiled_at", "last_compiled_at", "changes", "arguments", "jax_explanation")
     NAME_FIELD_NUMBER: _ClassVar[int]
     COMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     STEADY_RECOMPILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,7 @@ class FunctionCompiles(_message.Message):
     LAST_COMPILED_AT_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    JAX_EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     compiles_total: int
     steady_recompiles_total: int
@@ -135,7 +136,8 @@ class FunctionCompiles(_message.Message):
     last_compiled_at: float
     changes: _containers.RepeatedScalarFieldContainer[str]
     arguments: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., compiles_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager: _Optional[bool] = ..., first_compiled_at: _Optional[float] = ..., last_compiled_at: _Optional[float] = ..., changes: _Optional[_Iterable[str]] = ..., arguments: _Optional[_Iterable[str]] = ...) -> None: ...
+    jax_explanation: str
+    def __init__(self, name: _Optional[str] = ..., compiles_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager: _Optional[bool] = ..., first_compiled_at: _Optional[float] = ..., last_compiled_at: _Optional[float] = ..., changes: _Optional[_Iterable[str]] = ..., arguments: _Optional[_Iterable[str]] = ..., jax_explanation: _Optional[str] = ...) -> None: ...
 
 class StallReport(_message.Message):
     __slots__ = ("seconds_since_step", "median_step_seconds", "stacks", "step_thread_waits_in")
