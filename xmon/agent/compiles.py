@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from xmon.agent.explanations import CacheMissExplanations
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.agent.signatures import describe_compile
 from xmon.findings.recompiles import FunctionRow, FunctionTable
@@ -87,6 +88,7 @@ class CompileRecorder:
         self._cost_pending: set[str] = set()  # records with XLA's figures, loops not counted yet
         self._local = threading.local()
         self.events_dropped = 0
+        self.explanations = CacheMissExplanations()  # jax's, with jax_explain_cache_misses
         self.generation = 0  # bumps on every compile; lets the step API notice new programs
         # Receives (fingerprint, executable) of every program, e.g. the agent's HLO store.
         self.executable_listener: Callable[[str, Any], None] | None = None
@@ -148,11 +150,13 @@ class CompileRecorder:
         listener = self.executable_listener
         arguments, eager = _describe_compile()
         steps_before, marked = self._steps()
+        explanation = self.explanations.take(record.name)
         with self._lock:
             self.generation += 1
             self._functions.record(
                 record.name, arguments, record.fingerprint, eager, time.time(), steps_before, marked
             )
+            self._functions.explain(record.name, explanation)
             existing = self._programs.get(record.fingerprint)
             ids: tuple[int, ...] = ()
             if existing is not None:
@@ -302,6 +306,7 @@ class CompileHooks:
 
         monitoring.register_event_listener(self._recorder.on_event)
         monitoring.register_event_duration_secs_listener(self._recorder.on_duration)
+        self._recorder.explanations.install()
         self._install_executable_hook()
 
     def _install_executable_hook(self) -> None:
@@ -335,6 +340,7 @@ class CompileHooks:
     def uninstall(self) -> None:
         import jax.monitoring as monitoring
 
+        self._recorder.explanations.uninstall()
         for name, callback in (
             ("unregister_event_listener", self._recorder.on_event),
             ("unregister_event_duration_listener", self._recorder.on_duration),

@@ -110,6 +110,7 @@ class FunctionRow:
     arguments: tuple[str, ...] = ()
     fingerprint: str = ""
     changes: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_CHANGES))
+    jax_explanation: str = ""  # jax's own, for the latest compile (jax_explain_cache_misses)
 
 
 class FunctionTable:
@@ -149,6 +150,12 @@ class FunctionTable:
         row.last_compiled_at = now
         row.arguments, row.fingerprint = arguments[:MAX_ARGUMENTS], fingerprint
 
+    def explain(self, name: str, explanation: str) -> None:
+        """jax's explanation of the compile of ``name`` just recorded ("" when it gave none)."""
+        row = self.rows.get(name)
+        if row is not None:
+            row.jax_explanation = explanation
+
     def recompiled(self) -> list[FunctionRow]:
         """The rows compiled more than once, most steady recompiles first (at most 16)."""
         rows = [r for r in self.rows.values() if r.compiles_total > 1]
@@ -168,6 +175,7 @@ class FunctionCompiles:
     last_compiled_at: float = 0.0
     changes: tuple[str, ...] = ()
     arguments: tuple[str, ...] = ()
+    jax_explanation: str = ""
 
 
 def change_kind(change: str) -> str:
@@ -190,6 +198,7 @@ def detect_recompiles(functions: tuple[FunctionCompiles, ...], since: float) -> 
             ("compiles", str(fn.compiles_total)),
             *((f"change {i + 1}", c) for i, c in enumerate(fn.changes)),
             ("latest arguments", ", ".join(fn.arguments) or "unknown"),
+            *((("jax explains", fn.jax_explanation),) if fn.jax_explanation else ()),
         )
         findings.append(
             Finding(
