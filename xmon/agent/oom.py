@@ -254,4 +254,3 @@ class OomWatch:
         if threading.excepthook is ours_thread:
             threading.excepthook = previous_thread
         self._hooks = None
-

@@ -32,9 +32,7 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _SAME_SECOND = 16  # reports in one second get -1, -2, ... suffixes
 
 
-def event_of(
-    report: xmon_pb2.OomReport, monotonic: float, paths: tuple[str, ...]
-) -> OomEvent:
+def event_of(report: xmon_pb2.OomReport, monotonic: float, paths: tuple[str, ...]) -> OomEvent:
     program = None
     if report.HasField("program") and report.program.name:
         p = report.program
