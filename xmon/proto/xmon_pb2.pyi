@@ -140,16 +140,18 @@ class FunctionCompiles(_message.Message):
     def __init__(self, name: _Optional[str] = ..., compiles_total: _Optional[int] = ..., steady_recompiles_total: _Optional[int] = ..., eager: _Optional[bool] = ..., first_compiled_at: _Optional[float] = ..., last_compiled_at: _Optional[float] = ..., changes: _Optional[_Iterable[str]] = ..., arguments: _Optional[_Iterable[str]] = ..., jax_explanation: _Optional[str] = ...) -> None: ...
 
 class StallReport(_message.Message):
-    __slots__ = ("seconds_since_step", "median_step_seconds", "stacks", "step_thread_waits_in")
+    __slots__ = ("seconds_since_step", "median_step_seconds", "stacks", "step_thread_waits_in", "step_thread_in_program")
     SECONDS_SINCE_STEP_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STACKS_FIELD_NUMBER: _ClassVar[int]
     STEP_THREAD_WAITS_IN_FIELD_NUMBER: _ClassVar[int]
+    STEP_THREAD_IN_PROGRAM_FIELD_NUMBER: _ClassVar[int]
     seconds_since_step: float
     median_step_seconds: float
     stacks: str
     step_thread_waits_in: str
-    def __init__(self, seconds_since_step: _Optional[float] = ..., median_step_seconds: _Optional[float] = ..., stacks: _Optional[str] = ..., step_thread_waits_in: _Optional[str] = ...) -> None: ...
+    step_thread_in_program: str
+    def __init__(self, seconds_since_step: _Optional[float] = ..., median_step_seconds: _Optional[float] = ..., stacks: _Optional[str] = ..., step_thread_waits_in: _Optional[str] = ..., step_thread_in_program: _Optional[str] = ...) -> None: ...
 
 class ProgramInfo(_message.Message):
     __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids", "bytes_accessed_xla", "flops_lower_bound", "loops", "loops_unknown_trip_count")
