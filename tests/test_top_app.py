@@ -95,8 +95,8 @@ def test_pilot_views_switch_with_keys() -> None:
         async with top(three_jobs()) as (app, pilot, _):
             assert app.view == "overview"
             for key, view in [("m", "memory"), ("p", "programs"), ("c", "compiles"),
-                              ("h", "history"), ("o", "overview"), ("v", "memory"),
-                              ("V", "overview")]:  # fmt: skip
+                              ("h", "history"), ("f", "findings"), ("o", "overview"),
+                              ("v", "memory"), ("V", "overview"), ("V", "findings")]:  # fmt: skip
                 await pilot.press(key)
                 await until(pilot, lambda view=view: app.view == view)
             await pilot.press("p")
@@ -246,6 +246,7 @@ def test_pilot_every_view_fits_80x24_with_jobs_and_devices() -> None:
                 "p": "PROGRAM",
                 "c": "COMPILES",
                 "h": "host CPU",
+                "f": "No findings",
             }
             for key, mark in marks.items():
                 await pilot.press(key)

@@ -1,8 +1,9 @@
 """``xmon top``: a textual app laid out after neuron-top and nvitop.
 
 Title bar with host summary; views (overview: device panel + jobs table; memory summary and
-tree; programs; compiles; history sparklines); a tab per job at the bottom. Snapshots come from
-any iterable (:mod:`xmon.top.feed`), so tests drive the app with constructed snapshots.
+tree; programs; compiles; history sparklines; findings with evidence and fix); a tab per job at
+the bottom. Snapshots come from any iterable (:mod:`xmon.top.feed`), so tests drive the app
+with constructed snapshots.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from xmon.cli.capture import progress_line
 from xmon.model import Snapshot
 from xmon.top import layout, panels
 from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
+from xmon.top.findings import findings_panel, title_note
 from xmon.top.help import CAPTURE_UNAVAILABLE, CaptureUnavailable, HelpScreen, daemon_capture
 from xmon.top.history import History
 from xmon.top.layout import SORTED_TABLE, VIEWS
@@ -122,8 +124,9 @@ class XmonTop(App[None]):
 
     def _render_title(self) -> None:
         count = len(device_rows(self.snapshot)) if self.snapshot is not None else 0
+        note = title_note(self.snapshot) if self.snapshot is not None else None
         title = panels.title_bar(
-            self.snapshot, self.status, self.paused, count, self.capture_progress()
+            self.snapshot, self.status, self.paused, count, self.capture_progress(), note
         )
         self.query_one("#title", Static).update(title)
 
@@ -148,6 +151,8 @@ class XmonTop(App[None]):
             self._show_table("#compiles-table", compile_items(jobs), "Recent compiles")
         elif view == "history":
             self._render_history()
+        elif view == "findings":
+            self.query_one("#findings-panel", Static).update(findings_panel(snapshot, jobs))
 
     def _show_table(
         self, selector: str, items: Sequence[object], title: str, legend: str = ""
@@ -180,7 +185,9 @@ class XmonTop(App[None]):
 
     def _focus_view(self) -> None:
         """Arrow keys go to the view's table or tree, not to the view tabs."""
-        focus = {**SORTED_TABLE, "memory": "#memory-tree"}.get(self.view)
+        focus = {**SORTED_TABLE, "memory": "#memory-tree", "findings": "#findings-scroll"}.get(
+            self.view
+        )
         if focus is not None:
             self.query_one(focus).focus()
 

@@ -17,7 +17,7 @@ CAPTURE_UNAVAILABLE = "capture is not available from this daemon"
 
 KEYS = (
     ("q", "quit"),
-    ("o m p c h", "views: overview, memory, programs, compiles, history"),
+    ("o m p c h f", "overview, memory, programs, compiles, history, findings"),
     ("v / V", "next / previous view"),
     ("1-9", "job tab: 1 = all jobs, 2.. = one job each"),
     ("a / d", "previous / next job tab"),
@@ -25,7 +25,7 @@ KEYS = (
     ("z or space", "pause / resume updates"),
     ("t", "capture a profiler trace of the selected job"),
     ("x", "memory view: expand / collapse all"),
-    ("arrows", "move in tables and the memory tree"),
+    ("arrows", "move in tables and the memory tree; scroll the findings"),
     ("?", "this help (esc closes)"),
 )
 
@@ -37,6 +37,7 @@ LEGEND = (
     ("BUSY", "device time running the job's programs; low: host-bound"),
     (fmt.INFERRED_MARK, "steps inferred from the dominant program (no xmon.step)"),
     (fmt.LOWER_BOUND_MARK, "lower bound: a loop's trip count is unknown to XLA"),
+    ("! ‼ i", "a job's worst finding: warning, error, info (f shows them)"),
 )
 
 

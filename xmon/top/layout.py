@@ -1,7 +1,7 @@
 """The screen of ``xmon top``: widget tree, styles and keys (the behaviour is in app.py).
 
 title bar (2 lines: xmon, host, counts, connection; host vCPU and memory bars)
-view tabs: Overview | Memory | Programs | Compiles | History
+view tabs: Overview | Memory | Programs | Compiles | History | Findings
 the view
 job tabs (1 all, 2.. one per job)
 footer with the main keys
@@ -17,8 +17,8 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane
 from xmon.top.memory import MemoryTree
 from xmon.top.tables import compiles_table, jobs_table, programs_table
 
-VIEWS = ("overview", "memory", "programs", "compiles", "history")
-VIEW_KEYS = "ompch"  # one key per view, in VIEWS order
+VIEWS = ("overview", "memory", "programs", "compiles", "history", "findings")
+VIEW_KEYS = "ompchf"  # one key per view, in VIEWS order
 SORTED_TABLE = {"overview": "#jobs", "programs": "#programs-table", "compiles": "#compiles-table"}
 
 CSS = """
@@ -73,5 +73,8 @@ def compose() -> ComposeResult:
         with TabPane("History", id="history"):
             with VerticalScroll():
                 yield Static(id="history-panel")
+        with TabPane("Findings", id="findings"):
+            with VerticalScroll(id="findings-scroll"):
+                yield Static(id="findings-panel")
     yield Static(id="tabs")
     yield Footer()

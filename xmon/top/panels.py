@@ -14,6 +14,7 @@ from xmon import __version__
 from xmon.model import Job, Snapshot
 from xmon.top import fmt
 from xmon.top.feed import FeedStatus
+from xmon.top.findings import findings_legend, job_mark
 from xmon.top.history import History
 from xmon.top.viewmodel import DeviceRow, mfu_declared
 
@@ -29,15 +30,19 @@ def title_bar(
     paused: bool,
     device_count: int,
     capture: str | None = None,
+    findings: str | None = None,
 ) -> RenderableType:
     """neuron-top's title bar plus nvitop's host summary: two lines. ``capture`` is what a
-    capture in progress is doing (t key), shown until it is answered."""
+    capture in progress is doing (t key), shown until it is answered; ``findings`` says the
+    host has findings at warning or worse."""
     first = Text(no_wrap=True, overflow="ellipsis")
     first.append(f" xmon {__version__} ", "bold reverse")
     if paused:
         first.append(" PAUSED (z resumes) ", "bold black on yellow")
     if capture:
         first.append(f" {capture} ", "bold black on cyan")
+    if findings:
+        first.append(f" {findings} ", "bold black on yellow")
     if not status.connected:  # the state matters more than the rest of the line
         first.append(f" ● {status.message} ", "bold red")
     if snapshot is not None:
@@ -134,6 +139,8 @@ def job_legend(jobs: Sequence[Job]) -> str:
         parts.append(f"{fmt.LOWER_BOUND_MARK} lower bound")
     if any(not mfu_declared(j) for j in jobs):
         parts.append(f"MFU {fmt.UNDECLARED_TEXT} undeclared")
+    if legend := findings_legend(jobs):
+        parts.insert(0, legend)  # first: it says where to look
     return " · ".join(parts)
 
 
@@ -141,7 +148,7 @@ def job_tabs(jobs: Sequence[Job], active_pid: int | None) -> Text:
     """neuron-top's bottom tab bar: ``all`` then one tab per job; ``>name<`` is the active one."""
     text = Text(no_wrap=True, overflow="ellipsis")
     tabs: list[tuple[int | None, str]] = [(None, "all")]
-    tabs += [(j.pid, f"{j.job_name}:{j.pid}") for j in jobs]
+    tabs += [(j.pid, f"{j.job_name}:{j.pid}" + _tab_mark(j)) for j in jobs]
     for n, (pid, name) in enumerate(tabs, start=1):
         active = pid == active_pid
         label = f" {n} >{name}< " if active else f" {n} {name} "
@@ -149,6 +156,11 @@ def job_tabs(jobs: Sequence[Job], active_pid: int | None) -> Text:
         text.append(" ")
     text.append(" 1-9/a/d: tab", "dim")
     return text
+
+
+def _tab_mark(job: Job) -> str:
+    mark = job_mark(job)
+    return f" {mark}" if mark and mark != "i" else ""  # a tab shows warnings and errors only
 
 
 def compile_summary(jobs: Sequence[Job]) -> RenderableType:

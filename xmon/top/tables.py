@@ -17,6 +17,7 @@ from textual.widgets import DataTable
 from xmon import derived
 from xmon.model import CompileEvent, Job, Program
 from xmon.top import fmt
+from xmon.top.findings import job_mark, mark_rank
 from xmon.top.viewmodel import (
     job_busy_ratio,
     job_memory_in_use,
@@ -121,6 +122,7 @@ def _hfu(job: Job) -> str:
 JOB_COLUMNS = (
     Column("PID", lambda j: str(j.pid), lambda j: j.pid),
     Column("JOB", lambda j: j.job_name, lambda j: j.job_name.lower(), numeric=False),
+    Column("!", job_mark, mark_rank, numeric=False),  # its worst finding (f: the findings view)
     Column("DEV", lambda j: str(len(j.devices))),
     Column("MEMORY", _memory, job_memory_in_use),
     Column("STEP", lambda j: _steps(fmt.seconds(j.steps.p50_step_seconds), j),
