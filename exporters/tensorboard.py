@@ -4,7 +4,8 @@ Written with :mod:`xmon.exporters.tb_events` (a small synchronous event-file wri
 no thread per file) and ``tensorboard.compat.proto`` events (no TensorFlow). The job's traces
 land in the same run (``plugins/profile/``), so TensorBoard shows scalars and traces of a job
 together. A scalar's step is the job's training step where it marks steps, else seconds since it
-attached; it never goes back (see :mod:`xmon.exporters.tb_steps`).
+attached; it never goes back (see :mod:`xmon.exporters.tb_steps`). The job's findings are
+text summaries in the same run, written when they change (:mod:`xmon.exporters.tb_findings`).
 
 The sink can fail (logdir not writable, disk full): the exporter then logs once, reports
 itself down in ``Snapshot.exporters``, drops its writers and tries again after
@@ -24,7 +25,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from xmon.model import Device, ExporterHealth, Job, Snapshot
 
-from . import tb_events, tb_logdir, tb_steps
+from . import tb_events, tb_findings, tb_logdir, tb_steps
 
 log = logging.getLogger("xmon.exporters.tensorboard")
 
@@ -151,6 +152,7 @@ class TensorBoardExporter:
         # clock, so a wall clock set back never makes them go back.
         self._axes: dict[tuple[str, int], tb_steps.RunAxis] = {}
         self._described: dict[tuple[str, int], Path] = {}  # the file that says the axis
+        self._findings = tb_findings.FindingsText()  # what each run was told of its findings
         # Retention ages by a wall clock anchored to the monotonic one at start: a clock set
         # forward by a month must not make an hour-old trace look a month old.
         self._anchor = (wall(), clock())
@@ -216,14 +218,23 @@ class TensorBoardExporter:
         self._described = {k: v for k, v in self._described.items() if k in live}
         self._written = {k: v for k, v in self._written.items() if k in live}
         self._rotated = {k: v for k, v in self._rotated.items() if k in live}
+        self._findings.keep(live)
         for job in snapshot.jobs:
             scalars = job_scalars(job, snapshot.devices)
             if not scalars:
                 continue
+            key = (job.job_name, job.pid)
             writer = self._writer(job)
-            event = scalar_event(snapshot.wall_time, self._step(job, snapshot, writer), scalars)
+            step = self._step(job, snapshot, writer)
+            event = scalar_event(snapshot.wall_time, step, scalars)
+            texts = self._findings.changes(key, job.findings, writer.path)
             writer.add_event(event)
-            self._bound_job((job.job_name, job.pid), writer, event.ByteSize() + RECORD_FRAMING)
+            size = event.ByteSize() + RECORD_FRAMING
+            if texts:
+                text = tb_findings.text_event(snapshot.wall_time, step, texts)
+                writer.add_event(text)
+                size += text.ByteSize() + RECORD_FRAMING
+            self._bound_job(key, writer, size)
 
     def _bound_job(self, key: tuple[str, int], writer: tb_events.EventFile, size: int) -> None:
         """Rotate the job's file at half its bytes bound; delete the file rotated before."""
