@@ -39,6 +39,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "ls": ("list this host's TPUs and GPUs (like neuron-ls / tpu-info)", "xmon.cli.ls"),
     "doctor": ("diagnose the attached jobs: each finding's evidence and fix", "xmon.cli.doctor"),
+    "fleet": (
+        "every process of multi-host jobs, from Prometheus: stragglers, hangs, dropouts",
+        "xmon.cli.fleet",
+    ),
     "install-service": (
         "install the daemon as a hardened systemd service",
         "xmon.cli.install_service",

@@ -69,8 +69,9 @@ def identify(
         key = f"{address}/{count}"
     else:
         key = f"{hostname}/{job_name}/{os.getpid()}"
-    slices = {getattr(d, "slice_index", None) for d in devices}
-    slices.discard(None)
+    slices: set[int] = {
+        int(index) for d in devices if (index := getattr(d, "slice_index", None)) is not None
+    }
     worker = next((env[name] for name in _WORKER_VARIABLES if env.get(name)), hostname)
     return ProcessIdentity(
         job_key=_printable(key)[:MAX_KEY_CHARS],
@@ -78,7 +79,7 @@ def identify(
         distributed=coordinator is not None,
         process_index=process_index,
         process_count=max(1, process_count),
-        slice_index=int(next(iter(slices))) if len(slices) == 1 else None,
+        slice_index=next(iter(slices)) if len(slices) == 1 else None,
         worker=_printable(worker)[:MAX_KEY_CHARS],
     )
 

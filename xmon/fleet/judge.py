@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-STRAGGLER_MIN_RATIO = 0.1  # of the job's step time
+STRAGGLER_MIN_RATIO = 0.25  # of the job's step time: below, the ranking shows it, nothing marks it
 STRAGGLER_MIN_SECONDS = 0.005  # per step: below this a host's lag is noise on any machine
 STALLED_FOR_A_HANG = 2  # processes of one job stalled at once
 

@@ -33,21 +33,7 @@ def percent(ratio: float | None, digits: int = 0) -> str:
 
 def seconds(value: float | None) -> str:
     """Step and compile times: ``850µs``, ``12.3ms``, ``1.25s``, ``3m05s``."""
-    if value is None:
-        return NA_TEXT
-    if value < 1e-3:
-        return f"{value * 1e6:.0f}µs"
-    if value < 1.0:
-        return f"{value * 1e3:.1f}ms"
-    if value < 60:
-        return f"{value:.2f}s"
-    if value < 3600:
-        minutes, rest = divmod(int(value), 60)
-        return f"{minutes}m{rest:02d}s"
-    if value < 86400:
-        hours, rest = divmod(int(value), 3600)
-        return f"{hours}h{rest // 60:02d}m"
-    return f"{value / 86400:.0f}d"
+    return NA_TEXT if value is None else units.duration(value)
 
 
 def marked(text: str, mark: str, on: bool) -> str:

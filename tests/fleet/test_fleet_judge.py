@@ -1,0 +1,96 @@
+"""The fleet's judgements (xmon.fleet.judge) against hand-computed truths, and ``xmon fleet``'s
+text for them."""
+
+from __future__ import annotations
+
+import pytest
+
+from xmon.fleet.judge import (
+    STRAGGLER_MIN_RATIO,
+    ProcessReading,
+    group_by_job,
+    hang_first,
+    judge,
+)
+from xmon.fleet.render import render_text, trouble
+
+KEY = "10.0.0.2:8476/4"
+
+
+def reading(
+    index: int, host: float | None = 0.004, rate: float = 20.0, **kw: object
+) -> ProcessReading:
+    return ProcessReading(KEY, index, 4, f"host-{index}:10049", f"w-{index}", "train", 100 + index,
+                          steps_per_second=rate, host_seconds=host, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_the_straggler_is_the_process_whose_devices_wait_longest_for_their_host() -> None:
+    # step 50 ms; process 2's host adds 30 ms: median of (4, 5, 34, 4) ms is 4.5 ms
+    verdict = judge(KEY, [reading(0), reading(1, 0.005), reading(2, 0.034), reading(3)])
+    assert verdict.straggler is not None
+    assert verdict.straggler.process_index == 2
+    assert verdict.straggler.excess_seconds == pytest.approx(0.0295)
+    assert verdict.straggler.excess_ratio == pytest.approx(0.0295 / 0.05)
+    assert verdict.skew_ratio == pytest.approx(0.030 / 0.05)
+    assert verdict.excess_ratio[0] == pytest.approx(-0.0005 / 0.05)
+    assert trouble(verdict)
+
+
+def test_a_lag_under_the_thresholds_is_ranked_but_not_marked() -> None:
+    just_under = 0.004 + STRAGGLER_MIN_RATIO * 0.05 * 0.99
+    verdict = judge(KEY, [reading(0), reading(1), reading(2, just_under), reading(3)])
+    assert verdict.straggler is None and not trouble(verdict)
+    assert max(verdict.excess_ratio, key=verdict.excess_ratio.__getitem__) == 2
+    # a large share of a tiny step is not a straggler either (under 5 ms a step)
+    tiny = judge(KEY, [reading(0, 0.0001, 1000.0), reading(1, 0.0009, 1000.0)])
+    assert tiny.straggler is None
+
+
+def test_the_job_step_is_its_slowest_process_and_one_process_is_never_judged() -> None:
+    verdict = judge(KEY, [reading(0, rate=20.0), reading(1, rate=10.0)])
+    assert verdict.step_seconds == pytest.approx(0.1)
+    alone = judge(KEY, [reading(0, 0.5)])
+    assert alone.straggler is None and alone.skew_ratio is None
+
+
+def test_a_hang_names_the_process_waiting_in_its_own_code() -> None:
+    stalled = [reading(i, stalled_waits_in="jax", steps_begun=101) for i in range(3)]
+    stalled.append(reading(3, stalled_waits_in="host", steps_begun=101))
+    assert hang_first(stalled) == (3,)
+    assert judge(KEY, stalled).stalled == (0, 1, 2, 3)
+
+
+def test_a_hang_where_all_wait_in_jax_names_the_process_that_began_fewest_steps() -> None:
+    stalled = [reading(i, stalled_waits_in="jax", steps_begun=101) for i in (0, 2, 3)]
+    stalled.append(reading(1, stalled_waits_in="jax", steps_begun=100))
+    assert hang_first(stalled) == (1,)
+    same = [reading(i, stalled_waits_in="jax", steps_begun=101) for i in range(4)]
+    assert hang_first(same) == ()  # nothing tells them apart: name nobody
+
+
+def test_one_stalled_process_is_not_a_fleet_hang() -> None:
+    assert hang_first([reading(0, stalled_waits_in="host"), reading(1)]) == ()
+
+
+def test_missing_processes_are_the_indexes_nobody_reports() -> None:
+    verdict = judge(KEY, [reading(0), reading(2)])
+    assert verdict.missing == (1, 3)
+    assert "MISSING" in render_text([verdict])
+
+
+def test_processes_group_by_job_key() -> None:
+    other = ProcessReading("other/2", 0, 2, "h:1", "w", "eval", 7)
+    groups = group_by_job([reading(0), other, reading(1)])
+    assert sorted(groups) == sorted([KEY, "other/2"]) and len(groups[KEY]) == 2
+
+
+def test_the_text_marks_the_straggler_and_where_the_hang_began() -> None:
+    slow = judge(KEY, [reading(0), reading(1), reading(2, 0.034), reading(3)])
+    text = render_text([slow])
+    assert "straggler: process 2" in text and "STRAGGLER +30.0ms/step" in text
+    hung = [reading(i, stalled_waits_in="jax") for i in range(3)]
+    hung.append(reading(3, stalled_waits_in="host"))
+    text = render_text([judge(KEY, hung)])
+    assert "hung: stopped first at process 3" in text
+    assert "STALLED in host <- stopped first" in text
+    assert render_text([]) == "no multi-process job reports to this Prometheus"
