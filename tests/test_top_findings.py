@@ -134,6 +134,7 @@ def test_top_shows_a_real_stall_and_its_stack(tmp_path: Path) -> None:
             assert f"stall:{stall.popen.pid}" in text and "main thread in" in text
             assert "Thread MainThread" in text and "fix: Read the main thread's stack" in text
             assert "wait_for_the_loader()" in text, text  # the main thread's stack comes first
+            assert app.snapshot is not None
             detail = next(f.detail for j in app.snapshot.jobs for f in j.findings if f.detail)
             last = detail.strip().splitlines()[-1].strip()  # the last thread's innermost line
             scroll = app.query_one("#findings-scroll", VerticalScroll)

@@ -222,9 +222,13 @@ def test_tracker_dates_findings_and_refreshes_facts(tmp_path: Path) -> None:
     (tmp_path / "nvidiactl").touch()
     assert nvidia_nodes(tmp_path) == (str(tmp_path / "nvidia0"),)
     now = [0.0]
-    loads: list[int] = []
-    tracker = HostFindings(tmp_path, clock=lambda: now[0],
-                           library_loads=lambda: bool(loads.append(1)),
+    loads: list[float] = []
+
+    def library_loads() -> bool:
+        loads.append(now[0])
+        return False
+
+    tracker = HostFindings(tmp_path, clock=lambda: now[0], library_loads=library_loads,
                            pynvml_installed=lambda: True)  # fmt: skip
     out, health = nvml_tick(None)
     first = tracker.judge(replace(snap(out, health), wall_time=100.0))
