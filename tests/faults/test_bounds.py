@@ -14,6 +14,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from flood_attacks import padded, slow_metrics_clients
 from test_prometheus_exporter import snapshot, train_job
 
 from xmon.client import decode
@@ -41,26 +42,11 @@ def _programs(count: int, start: int = 0) -> list[xmon_pb2.ProgramInfo]:
     ]
 
 
-def _padded(message: bytes, padding: int) -> bytes:
-    """The message with an unknown length-delimited field (number 1000) of ``padding`` bytes."""
-    tag = (1000 << 3) | 2
-    return message + _varint(tag) + _varint(padding) + b"\0" * padding
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def test_unknown_fields_of_reports_and_hellos_are_not_kept() -> None:
-    hello = xmon_pb2.AgentHello.FromString(_padded(_hello().SerializeToString(), 1 << 20))
+    hello = xmon_pb2.AgentHello.FromString(padded(_hello().SerializeToString(), 1 << 20))
     state = JobState(hello=hello, connected_at=0.0)
     report = xmon_pb2.AgentReport.FromString(
-        _padded(xmon_pb2.AgentReport(seq=1).SerializeToString(), 4 << 20)
+        padded(xmon_pb2.AgentReport(seq=1).SerializeToString(), 4 << 20)
     )
     report.memory.add(device_id=0, stats={"bytes_in_use": 1, "k" * 10_000: 2})
     state.apply(report, 1.0, 1.0)
@@ -142,10 +128,7 @@ def test_metrics_serves_many_scrapers_and_survives_slow_clients() -> None:
     threads_before = threading.active_count()
     slow: list[socket.socket] = []
     try:
-        for _ in range(400):  # each sends half a request and then nothing
-            sock = socket.create_connection((host, port))
-            sock.sendall(b"GET /metrics HTTP/1.1\r\n")
-            slow.append(sock)
+        slow = slow_metrics_clients(host, port, 400)  # each sends half a request, then nothing
         assert _scrape(url) < 1.0
         with ThreadPoolExecutor(50) as pool:
             times = sorted(pool.map(lambda _: _scrape(url), range(200)))

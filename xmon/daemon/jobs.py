@@ -12,7 +12,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from google.protobuf.message import Message
 
 from xmon import derived
 from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, StateBudget
@@ -36,6 +38,8 @@ from xmon.model import (
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names
+
+_Message = TypeVar("_Message", bound=Message)
 
 STEP_WINDOW = 256  # step durations kept for percentiles
 THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
@@ -191,18 +195,32 @@ class JobState:
 
 def _slim_hello(hello: xmon_pb2.AgentHello) -> xmon_pb2.AgentHello:
     """The hello without its devices (converted already), argv past what is shown, and
-    unknown fields."""
+    unknown fields (dropped from ``hello`` itself too: it is the received message, let go
+    once the job holds this copy)."""
+    hello.DiscardUnknownFields()
     slim = xmon_pb2.AgentHello()
     slim.CopyFrom(hello)
     slim.ClearField("devices")
     del slim.argv[32:]
-    slim.DiscardUnknownFields()
-    return slim
+    return _compact(slim)
+
+
+def _compact(message: _Message) -> _Message:
+    """A copy of ``message`` holding only what it serializes to, in memory of its own.
+
+    protobuf's Python runtime (upb) keeps a message's contents in an arena that is freed only
+    with the whole message: ``ClearField``, ``del`` and ``DiscardUnknownFields`` leave the bytes
+    in it, and ``CopyFrom`` copies unknown fields too. A hello padded with 15 MiB of unknown
+    fields kept all 15 MiB in its slim copy until the stream ended. Parsing the cut-down
+    message again gives an arena of just what the job keeps."""
+    return type(message).FromString(message.SerializeToString())
 
 
 def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.AgentReport:
     """The parts of a report the snapshot reads later: counters and each device's memory
-    (at most ``devices_per_job`` samples of ``stats_per_device`` stats)."""
+    (at most ``devices_per_job`` samples of ``stats_per_device`` stats). Unknown fields are
+    dropped from ``report`` first, so that no copy below takes them along (see ``_compact``)."""
+    report.DiscardUnknownFields()
     slim = xmon_pb2.AgentReport(seq=report.seq, wall_time=report.wall_time)
     slim.steps.CopyFrom(report.steps)
     del slim.steps.recent_step_seconds[:]  # already in the job's step window
@@ -225,8 +243,7 @@ def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.
             budget.refuse("memory_stats", len(stats) - limits.stats_per_device)
             stats = dict(sorted(stats.items())[: limits.stats_per_device])
         kept.stats.update(stats)
-    slim.DiscardUnknownFields()
-    return slim
+    return _compact(slim)
 
 
 def device_info_from_proto(info: xmon_pb2.DeviceInfo) -> DeviceInfo:
