@@ -5,16 +5,23 @@ export; bounded in bytes; written again into a rotated run file."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 from pathlib import Path
 
+import pytest
+from diagnosis import pathology_jobs as scripts
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.util import tensor_util
 from test_tensorboard import STARTED, Clock, job, snapshot
 
+from xmon.client import DaemonClient
 from xmon.exporters.tb_findings import TEXT_MAX_BYTES, markdown, tag_of
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.model import Finding, Job
+
+from procs import start_job, wait_for
+from profiling_procs import profiling_daemon
 
 STALL = Finding("stall", "warning", "no step has finished for 31 s | main thread in wait",
                 STARTED + 5, evidence=(("seconds since last step", "31.0"),),
@@ -101,3 +108,36 @@ def test_a_rotated_file_is_told_the_findings_again(tmp_path: Path) -> None:
         one.write_bytes(file.read_bytes())
         assert len(texts(one.parent)["findings/stall"]) == 1
         one.unlink()
+
+
+@pytest.mark.e2e
+def test_a_real_recompile_storm_is_text_in_its_run(tmp_path: Path) -> None:
+    """The pathology suite's growing-shape job through a real daemon: its recompile finding is
+    text in its run, written when it appeared and changed, while scalars come every snapshot."""
+    daemon = profiling_daemon(tmp_path / "daemon")
+    stop = tmp_path / "storm.stop"
+    storm = start_job(tmp_path, daemon.socket_path, scripts.GROWING_SHAPE, "storm",
+                      JOB_STOP=str(stop))  # fmt: skip
+    try:
+        with DaemonClient(daemon.socket_path) as client:
+
+            def found() -> tuple[int, Finding] | None:
+                assert storm.alive(), storm.log()
+                for j in client.get_snapshot().jobs:
+                    hits = [f for f in j.findings if f.kind == "recompile"]
+                    if hits and hits[0].severity == "error":  # it has appeared and changed
+                        return j.pid, hits[0]
+                return None
+
+            pid, finding = wait_for(found, 120, "the storm's recompile error")
+    finally:
+        stop.touch()
+        storm.stop()
+        assert daemon.stop(signal.SIGTERM) == 0, daemon.log()  # flushes the event files
+    run = Path(daemon.extra_env["XMON_LOGDIR"]) / f"storm-{pid}"
+    written = texts(run)[f"findings/recompile/{finding.subject}"]
+    assert [t.split(" ", 1)[0] for _, t in written] == ["**WARNING**", "**ERROR**"]
+    assert "**fix:**" in written[0][1] and "bucket" in written[0][1]
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    assert len(acc.Scalars("steps/steps_total")) > len(written)  # text only on change
