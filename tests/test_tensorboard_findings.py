@@ -136,7 +136,9 @@ def test_a_real_recompile_storm_is_text_in_its_run(tmp_path: Path) -> None:
         assert daemon.stop(signal.SIGTERM) == 0, daemon.log()  # flushes the event files
     run = Path(daemon.extra_env["XMON_LOGDIR"]) / f"storm-{pid}"
     written = texts(run)[f"findings/recompile/{finding.subject}"]
-    assert [t.split(" ", 1)[0] for _, t in written] == ["**WARNING**", "**ERROR**"]
+    severities = [t.split(" ", 1)[0] for _, t in written]
+    # the warning, then the error; both in one export where the storm outran the daemon's tick
+    assert severities in (["**WARNING**", "**ERROR**"], ["**ERROR**"]), severities
     assert "**fix:**" in written[0][1] and "bucket" in written[0][1]
     acc = EventAccumulator(str(run))
     acc.Reload()
