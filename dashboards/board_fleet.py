@@ -128,11 +128,62 @@ def _jobs() -> Row:
     ))  # fmt: skip
 
 
+F = 'instance=~"$instance", job_key=~"$job_key"'
+PROCESS = "{{job_key}} p{{process_index}} ({{worker}})"
+# Each process's series labelled with its job key and process index (jobs of one process left
+# out), as the fleet recording rules do.
+JOIN = (
+    "* on(instance, job_name, pid) group_left(job_key, process_index, worker)"
+    f' xmon_job_fleet_info{{{F}, process_count!="1"}}'
+)
+
+
+def _processes() -> Row:
+    return Row("Multi-process jobs", (
+        Panel("Processes", "Every process of the multi-process (jax.distributed) jobs across "
+              "hosts: its job key, index and worker, how long its devices wait for its host "
+              "each step and how much longer than the job's median (the straggler has the "
+              "most), seconds since its last step, and where it waits while stalled "
+              "(xmon fleet shows the same).",
+              (q(f'xmon_job_fleet_info{{{F}, process_count!="1"}}'),
+               q(f"xmon_job_step_host_seconds{{{H}}} {JOIN}"),
+               q(f"xmon:job_process:step_host_excess_ratio{{{F}}}"),
+               q(f"xmon_job_seconds_since_last_step{{{H}}} {JOIN}"),
+               q(f"xmon_job_stalled{{{H}}} {JOIN}")),
+              "table", width=24, links=(JOB_LINK,)),
+        Panel("Host seconds per step", "Per step, how long each process's devices wait for "
+              "its host (step time x (1 - device busy)); with collectives the straggler's "
+              "line is on top.",
+              (q(f"xmon:job_process:step_host_seconds{{{F}}}", PROCESS),), unit="s"),
+        Panel("Straggler excess", "Each process's host seconds per step over its job's "
+              "median, as a share of the step (XmonFleetStraggler fires on the largest above "
+              "25% for 5 minutes).",
+              (q(f"xmon:job_process:step_host_excess_ratio{{{F}}}", PROCESS),),
+              unit="percentunit"),
+        Panel("Collective seconds per step", "Device time in collectives per step, waiting "
+              "for the other processes included: the processes that wait for a straggler "
+              "have the most.",
+              (q(f"xmon_job_step_device_collective_seconds{{{H}}} {JOIN}", PROCESS),),
+              unit="s"),
+        Panel("Cross-host skew", "(largest - smallest host seconds per step) / step time, "
+              "per job: the share of each step lost to the least balanced host.",
+              (q(f'xmon:job:step_host_skew_ratio{{job_key=~"$job_key"}}', "{{job_key}}"),),
+              unit="percentunit"),
+        Panel("Seconds since last step", "Per process; in a hang all rise together, and "
+              "XmonFleetHang names the process waiting in its own code.",
+              (q(f"xmon_job_seconds_since_last_step{{{H}}} {JOIN}", PROCESS),), unit="s",
+              width=24),
+    ))  # fmt: skip
+
+
 BOARD = Board(
     uid="xmon-fleet",
     title="xmon / Fleet",
     description="All hosts running the xmon daemon: accelerators by host and slice, memory "
-    "and utilisation heatmaps, and the JAX jobs attached.",
-    variables=(Variable("instance", "Host", "label_values(xmon_up, instance)"),),
-    rows=(_stats(), _hosts(), _heatmaps(), _jobs()),
+    "and utilisation heatmaps, the JAX jobs attached, and the processes of multi-process jobs "
+    "across hosts (straggler, skew, hangs).",
+    variables=(Variable("instance", "Host", "label_values(xmon_up, instance)"),
+               Variable("job_key", "Multi-process job",
+                        "label_values(xmon_job_fleet_info{instance=~\"$instance\"}, job_key)")),  # fmt: skip
+    rows=(_stats(), _hosts(), _heatmaps(), _jobs(), _processes()),
 )

@@ -18,8 +18,10 @@ from xmon.model import (
     DeviceMemory,
     DeviceProcess,
     Finding,
+    FleetIdentity,
     JobDevice,
     LedgerStats,
+    StepBreakdown,
     StepStats,
     Utilization,
 )
@@ -261,6 +263,31 @@ def test_execution_truth_reaches_the_report(validator: Any) -> None:
         "samples": 6, "sampled_seconds": 0.6, "window_seconds": 50.0,
         "last_sample_at": 1_700_000_190.0, "parse_errors": {"total": 3, "delta": 1},
     }  # fmt: skip
+
+
+def test_a_process_of_a_multi_process_job_says_which_and_where_its_step_goes(
+    validator: Any,
+) -> None:
+    stalled = dataclasses.replace(
+        job(), fleet=FleetIdentity("10.0.0.2:8476/4", 3, 4, 0, "w-3", True),
+        step_breakdown=StepBreakdown(0.05, 0.01, 0.03, 0.01),
+        steps=StepStats(steps_total=100, steps_begun_total=101, open_step_seconds=42.0,
+                        stall_waits_in="host"),
+    )  # fmt: skip
+    entry = valid(validator, build_report(snapshot(1, jobs=(stalled,)), None))["jobs"][0]
+    assert entry["fleet"] == {
+        "job_key": "10.0.0.2:8476/4", "process_index": 3, "process_count": 4, "slice_index": 0,
+        "worker": "w-3", "distributed": True, "job_key_declared": False,
+    }  # fmt: skip
+    assert entry["step_breakdown"] == {
+        "step_seconds": 0.05, "compute_seconds": 0.01, "collective_seconds": 0.03,
+        "host_seconds": 0.01,
+    }  # fmt: skip
+    steps = entry["steps"]
+    assert (steps["steps_begun"], steps["open_step_seconds"], steps["stall_waits_in"]) == (
+        101, 42.0, "host")  # fmt: skip
+    alone = valid(validator, build_report(snapshot(1, jobs=(job(),)), None))["jobs"][0]
+    assert alone["fleet"] is None and alone["step_breakdown"] is None
 
 
 def test_without_samples_the_ledger_window_is_null(validator: Any) -> None:

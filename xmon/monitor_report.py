@@ -248,6 +248,10 @@ def job_section(job: Job, previous: Snapshot | None, with_programs: bool) -> dic
         "agent": _counters(job.agent, old.agent if old else None, _AGENT_COUNTERS),
         "ledger": _ledger(job, old),
         "findings": findings_section(job.findings),
+        "fleet": dataclasses.asdict(job.fleet) if job.fleet is not None else None,
+        "step_breakdown": (
+            dataclasses.asdict(job.step_breakdown) if job.step_breakdown is not None else None
+        ),
     }
 
 
@@ -326,6 +330,9 @@ def _steps(job: Job, old: Job | None) -> dict[str, Any]:
         tokens_per_step=s.tokens_per_step,
         inferred=s.inferred,
         inferred_from=s.inferred_from,
+        steps_begun=s.steps_begun_total,
+        open_step_seconds=s.open_step_seconds,
+        stall_waits_in=s.stall_waits_in,
     )
     return section
 
