@@ -150,6 +150,23 @@ def test_rates_sum_counts_over_windows_and_bound_the_window() -> None:
     assert now.executions_per_step[9] == pytest.approx((5 + 2) / (9 + 4))
 
 
+def test_samples_from_before_the_first_marked_step_leave_the_window() -> None:
+    ledger = JobLedger()
+    idle = parse(xp.XSpace(), duration=0.2, steps_marked=False)  # start-up: nothing ran
+    ledger.add(idle)
+    assert ledger.rates().samples == 1 and ledger.last_seen is None
+    stepping = parse(periodic_space(20.0, 10), duration=0.2, step_begins=[0.0, 0.1],
+                     steps_marked=True)  # fmt: skip
+    ledger.add(stepping)
+    now = ledger.rates()
+    assert now.samples == 1  # the start-up sample no longer makes the devices look idle
+    assert now.busy_ratio == ledger_rates([stepping]).busy_ratio
+    # the program seen starting last: program 7, which starts every period (9 every other)
+    assert stepping.last_started == 7 and ledger.last_seen == (7, 1000.2)
+    ledger.add(parse(xp.XSpace(), duration=0.2, steps_marked=True))  # stalled: nothing ran
+    assert ledger.rates().samples == 2 and ledger.last_seen == (7, 1000.2)
+
+
 def program(fingerprint: str, ids: tuple[int, ...], flops: float | None, devices: int = 2,
             lower_bound: bool = False) -> Program:  # fmt: skip
     return Program(fingerprint=fingerprint, name=f"jit_{fingerprint}", flops=flops,

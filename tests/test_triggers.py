@@ -124,6 +124,35 @@ def test_a_moderate_regression_fires_only_when_it_persists() -> None:
     assert fire.reason.endswith("(rule: > 3 x, 3 slow steps of the last few)"), fire.reason
 
 
+def fast_rules() -> TriggerRules:
+    return replace(RULES, min_steps=20)
+
+
+@pytest.mark.parametrize(
+    ("median", "burst", "fires"),
+    [
+        (0.001, (0.014,), False),  # a 1 ms step stretched 14x by the scheduler: jitter
+        (0.001, (0.014,) * 3, False),  # three of them: still 40 ms in all
+        (0.02, (0.17, 0.02, 0.17, 0.02, 0.17), False),  # 8.5x, 3 of the last few: 0.45 s
+        (0.02, (0.07,) * 60, True),  # every step 3.5x for over a second: a regression
+        (0.02, (2.0,), True),  # one step 2 s long: extreme
+    ],
+)
+def test_host_jitter_is_not_a_regression(median: float, burst: tuple[float, ...],
+                                         fires: bool) -> None:  # fmt: skip
+    engine = TriggerEngine(fast_rules(), Clock())
+    history = (median,) * 200
+    engine.evaluate(snap(job(history)))
+    for _ in range(3):
+        history += (median,) * 40
+        assert engine.evaluate(snap(job(history))) == []
+    fired = []
+    for seconds in burst:  # one step per snapshot, as a slow job reports them
+        history += (seconds,)
+        fired += engine.evaluate(snap(job(history)))
+    assert bool(fired) == fires, fired
+
+
 def test_inherited_steps_are_never_judged() -> None:
     """A daemon restart (or a fresh attach) sees a job mid-run: nothing fires until it has
     watched ``min_steps`` steps arrive itself."""

@@ -340,6 +340,9 @@ class ProcessSample:
     cpu_seconds_total: float | None
     resident_memory_bytes: int | None
     num_threads: int | None = None
+    # Threads of the process waiting for a CPU, on average: run-queue seconds per wall second,
+    # summed over its threads (/proc/PID/task/*/schedstat). High on an oversubscribed host.
+    cpu_wait_threads: float | None = None
 
 
 @dataclass(frozen=True)
@@ -365,6 +368,10 @@ class LedgerStats:
     last_sample_at: float | None = None  # wall clock
     parse_errors_total: int = 0  # samples the daemon could not read
     samples_dropped_total: int = 0  # arrived while one was being read, or over the size cap
+    # The program last seen starting an execution, in the latest sample that saw any (kept past
+    # the window: a stalled job's samples show nothing), and the wall clock of that sample's end
+    last_program: str | None = None
+    last_program_seen_at: float | None = None
 
 
 @dataclass(frozen=True)

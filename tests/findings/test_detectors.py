@@ -15,6 +15,7 @@ from xmon.model import (
     HostSample,
     Job,
     JobDevice,
+    LedgerStats,
     ProcessSample,
     Program,
     StepStats,
@@ -43,6 +44,7 @@ def job(
     stats = steps or StepStats(
         steps_total=100, p50_step_seconds=0.05, p90_step_seconds=0.06, steps_per_second=20.0
     )
+    fields.setdefault("ledger", LedgerStats(samples=2))  # where the busy ratios come from
     return Job(
         job_name="j",
         pid=1,

@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from xmon.findings.tracker import FindingsTracker
-from xmon.model import CompileStats, DeviceInfo, DeviceMemory, Job, JobDevice, StepStats
+from xmon.model import (
+    CompileStats,
+    DeviceInfo,
+    DeviceMemory,
+    Job,
+    JobDevice,
+    LedgerStats,
+    StepStats,
+)
 from xmon.proto import xmon_pb2
 
 
@@ -33,6 +41,7 @@ def job(steps: int, busy: float = 0.1, compiles: int = 1) -> Job:
         devices=(device,),
         steps=stats,
         compile=CompileStats(compiles_total=compiles),
+        ledger=LedgerStats(samples=2),  # where the busy ratio comes from
     )
 
 

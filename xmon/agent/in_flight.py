@@ -109,3 +109,40 @@ def dispatch_marks(skip: Iterable[int] = ()) -> tuple[tuple[int, int, int], ...]
 def xmon_threads() -> list[int]:
     """The agent's own threads: never the job's dispatchers."""
     return [t.ident for t in threading.enumerate() if t.name.startswith("xmon") and t.ident]
+
+
+MAX_CALLER_FRAMES = 64  # frames walked out from the innermost, looking for a jitted call
+
+
+def jitted_callee(frame: FrameType) -> Any | None:
+    """The jitted function the frame is stopped calling, if its call site names one."""
+    loads = call_site(frame.f_code, frame.f_lasti)
+    current: Any = _UNKNOWN
+    for kind, name in loads or ():
+        if kind == "name":
+            current = _lookup(frame, name)
+        elif current is not _UNKNOWN:
+            try:
+                current = inspect.getattr_static(current, name)
+            except AttributeError:
+                current = _UNKNOWN
+        if current is not _UNKNOWN and is_jitted(current):
+            return current
+    return None
+
+
+def jitted_call(thread: int | None) -> str:
+    """The program (HLO module name, ``jit_<function>``) a thread is inside a call to now: the
+    innermost of its frames stopped on a call whose call site names a jitted function, "" when
+    none does. A stall inside a computation (a host callback that blocks, a collective that
+    waits) is a stall inside that call on the dispatching thread."""
+    frame = sys._current_frames().get(thread) if thread is not None else None
+    for _ in range(MAX_CALLER_FRAMES):
+        if frame is None:
+            break
+        callee = jitted_callee(frame)
+        if callee is not None:
+            name = inspect.getattr_static(callee, "__name__", None)
+            return f"jit_{name}" if isinstance(name, str) else "a jitted function"
+        frame = frame.f_back
+    return ""

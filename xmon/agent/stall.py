@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from xmon.agent.in_flight import jitted_call
 from xmon.agent.steps import StepTimer
 from xmon.findings.stall import stalled
 from xmon.proto import xmon_pb2
@@ -30,6 +31,7 @@ class StallWatch:
         self._timer = timer
         self._clock = clock  # the step timer's clock
         self._stacks = ""
+        self._in_program = ""  # read with the stacks
         self._taken_at: float | None = None
 
     def report(self) -> xmon_pb2.StallReport | None:
@@ -42,11 +44,13 @@ class StallWatch:
             return None
         if self._taken_at is None or now - self._taken_at >= REFRESH_SECONDS:
             self._stacks, self._taken_at = thread_stacks(), now
+            self._in_program = jitted_call(self._timer.step_thread)
         return xmon_pb2.StallReport(
             seconds_since_step=now - last_end,
             median_step_seconds=median or 0.0,
             stacks=self._stacks,
             step_thread_waits_in=waits_in(self._timer.step_thread),
+            step_thread_in_program=self._in_program,
         )
 
 

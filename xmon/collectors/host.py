@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +43,7 @@ class ProcessReading:
     resident_memory_bytes: int  # Process.memory_info().rss
     num_threads: int  # Process.num_threads()
     monotonic: float  # when it was read (the tick's CollectContext.monotonic)
+    run_queue_seconds_total: float | None = None  # its threads' waits for a CPU (schedstat)
 
 
 # --- maths ------------------------------------------------------------------------------------
@@ -98,12 +100,23 @@ def process_cpu_ratio(reading: ProcessReading, previous: ProcessReading | None) 
     return used / (reading.monotonic - previous.monotonic)
 
 
+def cpu_wait_threads(reading: ProcessReading, previous: ProcessReading | None) -> float | None:
+    """Run-queue seconds per wall second since ``previous``: threads waiting for a CPU."""
+    if previous is None or reading.monotonic <= previous.monotonic:
+        return None
+    now, before = reading.run_queue_seconds_total, previous.run_queue_seconds_total
+    if now is None or before is None:
+        return None
+    return max(0.0, now - before) / (reading.monotonic - previous.monotonic)
+
+
 def process_sample(reading: ProcessReading, previous: ProcessReading | None) -> ProcessSample:
     return ProcessSample(
         cpu_utilization_ratio=process_cpu_ratio(reading, previous),
         cpu_seconds_total=reading.cpu_seconds_total,
         resident_memory_bytes=reading.resident_memory_bytes,
         num_threads=reading.num_threads,
+        cpu_wait_threads=cpu_wait_threads(reading, previous),
     )
 
 
@@ -129,7 +142,7 @@ def read_host(ps: ModuleType, hostname: str) -> HostReading:
     )
 
 
-def read_process(process: Any, monotonic: float) -> ProcessReading:
+def read_process(process: Any, monotonic: float, procfs: str = "/proc") -> ProcessReading:
     """One consistent read of a ``psutil.Process`` (oneshot: one pass over /proc/PID/*)."""
     with process.oneshot():
         times = process.cpu_times()
@@ -138,7 +151,25 @@ def read_process(process: Any, monotonic: float) -> ProcessReading:
             resident_memory_bytes=int(process.memory_info().rss),
             num_threads=int(process.num_threads()),
             monotonic=monotonic,
+            run_queue_seconds_total=run_queue_seconds(Path(procfs), int(process.pid)),
         )
+
+
+def run_queue_seconds(procfs: Path, pid: int) -> float | None:
+    """Seconds the process's threads have waited on a run queue (the second field of each
+    ``/proc/PID/task/TID/schedstat``); None where the kernel keeps no schedstat."""
+    total, found = 0, False
+    try:
+        tasks = list((procfs / str(pid) / "task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            fields = (task / "schedstat").read_text().split()
+            total, found = total + int(fields[1]), True
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended while we read
+    return total / 1e9 if found else None
 
 
 @register("host", help="host CPU, memory and load, and each attached job's CPU and RSS (psutil)")
@@ -181,7 +212,7 @@ class HostCollector:
         ps = self._ps
         try:
             process, previous = self._tracked(pid)
-            reading = read_process(process, monotonic)
+            reading = read_process(process, monotonic, getattr(ps, "PROCFS_PATH", "/proc"))
         except (ps.NoSuchProcess, ps.AccessDenied):
             self._processes.pop(pid, None)
             return None

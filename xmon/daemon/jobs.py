@@ -331,7 +331,7 @@ class JobBuilder:
             utilization=self._utilization(steps, devices, work),
             process=process,
             agent=_agent_health(report),
-            ledger=_ledger_stats(state.ledger, ledger),
+            ledger=_ledger_stats(state.ledger, ledger, programs),
         )
 
     def _marked_rate(self, state: JobState) -> float | None:
@@ -461,8 +461,14 @@ def _declared(counters: xmon_pb2.StepCounters, name: str) -> float | None:
     return getattr(counters, name) if counters.HasField(name) else None
 
 
-def _ledger_stats(ledger: JobLedger, rates_now: LedgerRates) -> LedgerStats:
+def _ledger_stats(
+    ledger: JobLedger, rates_now: LedgerRates, programs: tuple[Program, ...]
+) -> LedgerStats:
+    seen, seen_at = ledger.last_seen or (None, None)
+    name = next((p.name for p in programs if seen in p.program_ids), None)
     return LedgerStats(
+        last_program=name if name is not None or seen is None else f"program id {seen}",
+        last_program_seen_at=seen_at,
         samples=rates_now.samples,
         sampled_seconds=rates_now.sampled_seconds,
         window_seconds=rates_now.window_seconds,

@@ -5,8 +5,15 @@
   since the job attached or the daemon started (a restart never judges the steps it inherits),
   steps that arrive with a new compile or an execution-ledger sample (the profiler's start
   slows the step it lands in) and the next ``QUIET_STEPS`` are not judged, and the regression
-  must persist (``persist_steps`` slow steps among the last ``PERSIST_WINDOW`` judged) or be
-  extreme (``extreme_factor`` x the median).
+  must persist (``persist_steps`` slow steps among the judged steps of the last
+  ``persist_seconds``, at least ``PERSIST_MIN_STEPS`` of them, that are either half of those
+  steps or together ``persist_min_excess_seconds`` longer than the median) or be extreme
+  (``extreme_factor`` x the median, and ``extreme_min_excess_seconds`` longer than it).
+  The floors are in time because a busy host stretches steps by tens to hundreds of
+  milliseconds now and then (the scheduler hands the cores to other processes): for a 1 ms
+  step that is 10x, and a few such steps among many are 3x, yet nothing in the job changed
+  and a trace taken after them shows nothing. Steps that arrive while the job's threads wait
+  for a CPU (xmon.findings.host_bound.starved: an oversubscribed host) are not judged either.
 * ``memory``: a device's PJRT allocator holds more than ``ratio`` of its ``bytes_limit``
   -> device memory profile. Devices without a limit (CPU) never fire.
 
@@ -23,12 +30,14 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from xmon.derived import percentile
+from xmon.findings.host_bound import starved
 from xmon.model import Job, Snapshot
 from xmon.profiling_config import ProfilingConfig
 
 HISTORY = 256  # step durations the median is taken over
 QUIET_STEPS = 2  # steps not judged after a compile or a ledger sample
-PERSIST_WINDOW = 8  # judged steps the persistence rule looks back over
+RECENT_JUDGED = 4096  # judged steps kept for the persistence rule's look back
+PERSIST_MIN_STEPS = 8  # the persistence rule looks back over at least this many judged steps
 
 
 @dataclass(frozen=True)
@@ -38,8 +47,11 @@ class TriggerRules:
     memory_ratio: float | None = 0.95  # None: rule off
     trace_seconds: float = 2.0
     min_interval_seconds: float = 600.0
-    persist_steps: int = 3  # slow steps among the last PERSIST_WINDOW judged ones
-    extreme_factor: float = 10.0  # one step this slow (or ``factor``, if higher) is enough
+    persist_steps: int = 3  # slow steps among the judged steps of the last persist_seconds
+    persist_seconds: float = 1.0
+    persist_min_excess_seconds: float = 1.0  # slow steps' time past the median, together
+    extreme_factor: float = 10.0  # one step this slow (or ``factor``, if higher) is enough,
+    extreme_min_excess_seconds: float = 1.0  # if it is also this much longer than the median
 
     @classmethod
     def from_config(cls, config: ProfilingConfig) -> TriggerRules:
@@ -74,7 +86,8 @@ class _History:
     seen: int = 0  # steps that arrived while this engine watched
     quiet_until: int = 0  # steps_total up to which steps are not judged
     marks: tuple[int, int] | None = None  # (compiles, ledger samples) at the last snapshot
-    slow: deque[bool] = field(default_factory=lambda: deque(maxlen=PERSIST_WINDOW))
+    # (seconds, seconds past the median if slow else 0) of the latest judged steps
+    judged: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RECENT_JUDGED))
 
 
 class TriggerEngine:
@@ -119,6 +132,8 @@ class TriggerEngine:
         history.seen += max(0, new)
         if marks != history.marks:  # a compile or a profiler session: its steps are slow
             history.marks, history.quiet_until = marks, total + QUIET_STEPS
+        if starved(job.process):  # the host, not the job: its threads wait for a CPU
+            history.quiet_until = total + QUIET_STEPS
         fresh = window[-new:] if 0 < new <= len(window) else (window if new > 0 else ())
         factor = self.rules.step_time_factor
         # New steps are judged against the steps before them, one median per snapshot: a job
@@ -134,19 +149,37 @@ class TriggerEngine:
     def _judge(
         self, history: _History, fresh: tuple[float, ...], median: float, factor: float
     ) -> tuple[str, str] | None:
-        history.slow.extend(seconds > factor * median for seconds in fresh)
+        history.judged.extend(
+            (seconds, seconds - median if seconds > factor * median else 0.0) for seconds in fresh
+        )
         seconds = max(fresh)
         ratio = seconds / median
-        extreme = ratio > max(self.rules.extreme_factor, factor)
-        persists = sum(history.slow) >= self.rules.persist_steps
-        if ratio <= factor or not (extreme or persists):
+        extreme = (
+            ratio > max(self.rules.extreme_factor, factor)
+            and seconds - median >= self.rules.extreme_min_excess_seconds
+        )
+        if ratio <= factor or not (extreme or self._persists(history)):
             return None
-        history.slow.clear()
+        history.judged.clear()
         why = "" if extreme else f", {self.rules.persist_steps} slow steps of the last few"
         return "step_time", (
             f"step took {seconds:.3g} s, {ratio:.1f} x the median {median:.3g} s of recent steps "
             f"(rule: > {factor:g} x{why})"
         )
+
+    def _persists(self, history: _History) -> bool:
+        """Among the latest judged steps covering ``persist_seconds`` (and at least
+        ``PERSIST_MIN_STEPS`` steps): ``persist_steps`` slow ones that are half of them, or
+        that together took ``persist_min_excess_seconds`` past the median."""
+        covered, steps, slow, excess = 0.0, 0, 0, 0.0
+        for seconds, past in reversed(history.judged):
+            covered, steps = covered + seconds, steps + 1
+            slow, excess = slow + (past > 0), excess + past
+            if covered >= self.rules.persist_seconds and steps >= PERSIST_MIN_STEPS:
+                break
+        if slow < self.rules.persist_steps:
+            return False
+        return 2 * slow >= steps or excess >= self.rules.persist_min_excess_seconds
 
     def _memory(self, job: Job) -> tuple[str, str] | None:
         ratio = self.rules.memory_ratio

@@ -91,6 +91,7 @@ class SampleReading:
     program_device_runs: Mapping[int, int]  # program id -> (execution, device) pairs seen
     # device ordinal -> union of its collective ops' intervals (part of its busy seconds)
     device_collective_seconds: Mapping[int, float] = field(default_factory=dict)
+    last_started: int | None = None  # the program whose execution started last in the sample
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,9 @@ def reading_from(
         device_collective_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.collective_ops.items()
         },
+        last_started=max(
+            (p for p in starts if starts[p]), key=lambda p: max(starts[p]), default=None
+        ),
     )
 
 
@@ -321,10 +325,21 @@ class JobLedger:
         self.samples_dropped_total = 0
         self.reading = False  # a sample of this job is being parsed
         self._rates: LedgerRates | None = None
+        # (program id, wall clock at the sample's end) of the program last seen starting, kept
+        # past the window: a stalled job's samples show nothing running
+        self.last_seen: tuple[int, float] | None = None
 
     def add(self, reading: SampleReading) -> None:
+        if reading.steps_marked and not all(r.steps_marked for r in self._samples):
+            # The job's first marked steps: samples from before them (imports, initialisation,
+            # the first compiles) say nothing of its steps, and would make a busy job look idle
+            self._samples = deque(
+                (r for r in self._samples if r.steps_marked), maxlen=self._samples.maxlen
+            )
         self._samples.append(reading)
         self._rates = None
+        if reading.last_started is not None:
+            self.last_seen = (reading.last_started, reading.started_at + reading.duration_seconds)
 
     def rates(self) -> LedgerRates:
         if self._rates is None:

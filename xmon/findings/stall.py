@@ -29,9 +29,12 @@ def detect_stall(
     steps_total: int,
     since: float,
     stacks: str = "",
+    last_program: tuple[str, str] | None = None,
 ) -> Finding | None:
     """A finding once a job that has stepped (``steps_total`` > 0) has not finished a step
-    for longer than the threshold; ``stacks`` are the agent's thread stacks, when sent."""
+    for longer than the threshold; ``stacks`` are the agent's thread stacks, when sent, and
+    ``last_program`` the program last dispatched with where that is known from
+    (:func:`last_dispatched`)."""
     if steps_total <= 0 or seconds_since_step is None:
         return None
     threshold = stall_threshold(median_step_seconds)
@@ -51,6 +54,10 @@ def detect_stall(
             ("median step seconds", median),
             ("threshold seconds", f"{threshold:.1f}"),
             ("steps finished", str(steps_total)),
+            (
+                "last program dispatched",
+                f"{last_program[0]} ({last_program[1]})" if last_program else "unknown",
+            ),
             ("thread stacks", "below" if stacks else "not sent by the agent"),
         ),
         fix="Read the main thread's stack below: a lock or queue wait (data loader, "
@@ -59,6 +66,22 @@ def detect_stall(
         value=seconds_since_step,
         detail=stacks,
     )
+
+
+def last_dispatched(
+    in_program: str, ledger_program: str | None, ledger_seen_at: float | None, wall: float
+) -> tuple[str, str] | None:
+    """The program a stalled job last dispatched, and how that is known. JAX dispatches from
+    C++ with no hook, so two honest sources, best first: the jitted call the stepping thread
+    is inside now (the agent reads it off the thread's stack: a stall inside a computation,
+    such as a host callback that blocks), else the program the execution ledger last saw start
+    an execution (a stall between computations: a lock, a loader, I/O)."""
+    if in_program:
+        return in_program, "the stepping thread is inside this call now, from its stack"
+    if ledger_program:
+        ago = f", {wall - ledger_seen_at:.0f} s ago" if ledger_seen_at else ""
+        return ledger_program, f"the last the execution ledger saw start{ago}"
+    return None
 
 
 def _innermost_wait(stacks: str) -> str | None:

@@ -15,12 +15,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from xmon.findings.host_bound import detect_host_bound
+from xmon.findings.host_bound import detect_host_bound, waits_for_cpu
 from xmon.findings.memory import detect_leak, in_use_bytes, limit_bytes
 from xmon.findings.oom import OomEvent, detect_oom
 from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
-from xmon.findings.stall import detect_stall
+from xmon.findings.stall import detect_stall, last_dispatched
 from xmon.model import Finding, HostSample, Job
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of
@@ -29,6 +29,7 @@ SEVERITIES = ("info", "warning", "error")
 STEADY_STEPS = 10
 QUIET_AFTER_COMPILE_SECONDS = 5.0
 MEMORY_READINGS = 64
+CPU_READINGS = 60  # the job's CPU waits, one per tick: about the ledger's recent window
 
 
 def severity_rank(severity: str) -> int:
@@ -51,6 +52,8 @@ class _History:
         default_factory=lambda: deque(maxlen=MEMORY_READINGS)
     )
     since: dict[tuple[str, str | None], float] = field(default_factory=dict)
+    # (threads waiting for a CPU, cores used) of the job's process, one per tick
+    cpu: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=CPU_READINGS))
 
 
 class FindingsTracker:
@@ -97,18 +100,24 @@ class FindingsTracker:
         now = self._clock()
         history = self._observe(job, now)
         found: list[Finding | None] = list(detect_recompiles(functions_of(report), since=0.0))
-        stacks = report.stall.stacks if report is not None and report.HasField("stall") else ""
+        stall = report.stall if report is not None and report.HasField("stall") else None
         found.append(
             detect_stall(
                 now - history.steps_changed_at,
                 job.steps.p50_step_seconds,
                 job.steps.steps_total,
                 0.0,
-                stacks,
+                stall.stacks if stall is not None else "",
+                last_dispatched(
+                    stall.step_thread_in_program if stall is not None else "",
+                    job.ledger.last_program,
+                    job.ledger.last_program_seen_at,
+                    self._wall(),
+                ),
             )
         )
         if self._steady(history, now):
-            found.append(detect_host_bound(job, 0.0))
+            found.append(detect_host_bound(job, 0.0, _starved(history)))
             found.append(detect_leak(tuple(history.readings), job, host, 0.0))
         found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
         found.extend(detect_setup(job, now - history.first_seen, 0.0))
@@ -129,6 +138,9 @@ class FindingsTracker:
                 history.readings.append((now, float(used)))
         if compiles != history.compiles_total:
             history.compiles_total, history.compile_changed_at = compiles, now
+        process = job.process
+        if process is not None and process.cpu_wait_threads is not None:
+            history.cpu.append((process.cpu_wait_threads, process.cpu_utilization_ratio or 0.0))
         return history
 
     @staticmethod
@@ -146,6 +158,14 @@ class FindingsTracker:
         }
         history.since = since
         return [dataclasses.replace(f, since=since[(f.kind, f.subject)]) for f in findings]
+
+
+def _starved(history: _History) -> bool | None:
+    """Whether the job waited for a CPU over its recent ticks, on average (None: unknown)."""
+    if not history.cpu:
+        return None
+    n = len(history.cpu)
+    return waits_for_cpu(sum(w for w, _ in history.cpu) / n, sum(u for _, u in history.cpu) / n)
 
 
 def functions_of(report: xmon_pb2.AgentReport | None) -> tuple[FunctionCompiles, ...]:
