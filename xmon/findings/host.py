@@ -77,9 +77,10 @@ def tpu_metrics_unreachable(snapshot: Snapshot, since: float) -> Finding | None:
         "HBM use or HBM bandwidth",
         since=since,
         evidence=tuple(evidence),
-        fix="libtpu serves its metrics only when the job starts with TPU_RUNTIME_METRICS_PORTS "
-        "set: TPU_RUNTIME_METRICS_PORTS=8431 (one port per process on the host, e.g. "
-        "8431,8432,8433,8434). If it serves another address, name it: "
+        fix="Start the job with TPU_RUNTIME_METRICS_PORTS=8431 (one port per process on the "
+        "host, e.g. 8431,8432,8433,8434): libtpu serves its metrics there (older versions "
+        "only with it set). In a container the daemon must reach that port (the same network "
+        "namespace, or containerPort 8431). A service on another address: "
         "--tpu-metrics-address HOST:PORT or XMON_TPU_METRICS_ADDRESSES." + enable,
         subject="tpu",
     )
