@@ -25,6 +25,7 @@ from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Sna
 
 from .prometheus_execution import add_ledger_series, add_step_series
 from .prometheus_findings import add_finding_series, add_host_finding_series
+from .prometheus_fleet import add_fleet_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import add_program_series
