@@ -75,6 +75,35 @@ wait_for_the_loader()
 """
 )
 
+# Steps, then the step's own computation waits forever: its host callback (the loader) blocks.
+STALL_IN_CALLBACK = (
+    HEADER
+    + r"""
+lock = threading.Lock()
+lock.acquire()
+starved = threading.Event()
+
+def read_batch(x):
+    if starved.is_set():
+        lock.acquire()
+    return x
+
+@jax.jit
+def train_step(x):
+    batch = jax.pure_callback(read_batch, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return batch + 1.0
+
+x = jnp.ones((8,))
+for i in range(60):
+    if i == 30:
+        starved.set()
+    with xmon.step():
+        x = train_step(x)
+        x.block_until_ready()
+    time.sleep(0.05)
+"""
+)
+
 # Each step is a tiny computation and 50 ms of host work: the device waits.
 HOST_BOUND = (
     HEADER

@@ -28,6 +28,7 @@ JOBS = {
     "storm": scripts.GROWING_SHAPE,
     "partial": scripts.PARTIAL_REBUILT,
     "stall": scripts.STALL_IN_LOCK,
+    "callback": scripts.STALL_IN_CALLBACK,
     "hostbound": scripts.HOST_BOUND,
     "healthy": scripts.HEALTHY,
 }
@@ -108,8 +109,19 @@ def test_a_stall_in_a_lock_shows_the_main_thread_waiting(suite: Suite) -> None:
     assert "wait_for_the_loader" in finding.detail, finding.detail
     assert "Thread MainThread" in finding.detail
     assert (job.steps.seconds_since_last_step or 0) > 20
+    # stopped between computations: the execution ledger saw train_step start last
+    last = dict(finding.evidence)["last program dispatched"]
+    assert re.fullmatch(r"jit_train_step \(the last the execution ledger saw start, \d+ s ago\)",
+                        last), last  # fmt: skip
     doctor = suite.doctor("--job", "stall", "--json")
     assert doctor.returncode == 1 and '"kind": "stall"' in doctor.stdout
+
+
+def test_a_stall_inside_a_computation_names_the_program(suite: Suite) -> None:
+    _, finding = suite.finding("callback", "stall")
+    assert "read_batch" in finding.detail, finding.detail  # the blocked host callback
+    last = dict(finding.evidence)["last program dispatched"]
+    assert last == "jit_train_step (the stepping thread is inside this call now, from its stack)"
 
 
 def test_a_host_bound_loop_is_found_by_its_busy_ratio(suite: Suite) -> None:
