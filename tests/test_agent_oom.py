@@ -1,0 +1,128 @@
+"""The agent's out-of-memory report, in this process with real JAX on CPU: a real
+RESOURCE_EXHAUSTED (an output of 16 TiB), seen leaving a step, by the chained excepthooks of
+an uncaught error (the hooks that were there still run) and not at all for other errors."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import xmon
+from xmon.agent.core import Agent
+from xmon.agent.oom import failed_allocation, oom_error, pick_program
+from xmon.model import Program
+from xmon.proto import xmon_pb2
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[Agent, list[xmon_pb2.OomReport]]]:
+    """An attached agent (no daemon) whose out-of-memory reports are kept here."""
+    attached = xmon.attach(job_name="oom", period=60, socket_path=tmp_path / "absent.sock")
+    sent: list[xmon_pb2.OomReport] = []
+    attached.oom._send = lambda report: sent.append(report) or True  # type: ignore[method-assign]
+    yield attached, sent
+    xmon.detach()
+
+
+@jax.jit
+def expand(v: jax.Array) -> jax.Array:
+    return jnp.broadcast_to(v, (1 << 30, v.shape[0])) * 2.0
+
+
+def _run_out() -> None:
+    expand(jnp.ones((4096,), jnp.float32)).block_until_ready()
+
+
+@pytest.mark.parametrize(
+    ("message", "size"),
+    [
+        ("RESOURCE_EXHAUSTED: Out of memory allocating 17592186044416 bytes.", 1 << 44),
+        ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.", 1 << 34),
+        ("RESOURCE_EXHAUSTED: Attempting to allocate 16.00G. That was not possible.", 16 << 30),
+        ("RESOURCE_EXHAUSTED: ran out", None),
+    ],
+)
+def test_the_failed_allocation_is_read_from_the_message(message: str, size: int | None) -> None:
+    assert failed_allocation(message) == size
+
+
+def test_the_program_is_the_named_one_then_the_matching_size_then_the_latest() -> None:
+    a = Program("a", "jit_a", output_bytes=100, compiled_at=1.0)
+    b = Program("b", "jit_b", temp_bytes=50, compiled_at=2.0)
+    assert pick_program([a, b], "while running jit_a: out of memory", 50)[0] is a
+    assert pick_program([a, b], "out of memory", 100) == (a, "allocation size matches its "
+                                                          "memory analysis")  # fmt: skip
+    assert pick_program([a, b], "out of memory", 7) == (b, "last program compiled")
+    assert pick_program([], "out of memory", 7) == (None, "")
+
+
+def test_an_oom_leaving_a_step_is_reported_once_with_what_was_held(agent: Any) -> None:
+    watch, sent = agent
+    held = jnp.ones((1024, 1024), jnp.float32)
+    with pytest.raises(jax.errors.JaxRuntimeError) as raised:
+        with xmon.step():
+            _run_out()
+    assert oom_error(raised.value) is raised.value
+    (report,) = sent
+    assert report.seen_by == "step" and "RESOURCE_EXHAUSTED" in report.error
+    assert report.failed_allocation_bytes == 1 << 44
+    assert report.program.name == "jit_expand" and report.program.output_bytes == 1 << 44
+    biggest = report.largest_arrays[0]
+    assert list(biggest.shape) == [1024, 1024] and biggest.nbytes == held.nbytes
+    assert dict(biggest.device_bytes) == {0: held.nbytes}
+    assert report.memory_profile[:2] == b"\x1f\x8b"  # gzip'd pprof
+    # the same exception passing the excepthook afterwards is not reported again
+    sys.excepthook(type(raised.value), raised.value, raised.value.__traceback__)
+    assert len(sent) == 1
+    del held
+
+
+def test_uncaught_errors_reach_the_hooks_that_were_there(
+    agent: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    watch, sent = agent
+    seen: list[str] = []
+    previous = threading.excepthook
+    # a hook the job set before xmon chained in front of it: still called
+    watch.oom.uninstall()
+    threading.excepthook = lambda args: seen.append(type(args.exc_value).__name__)
+    watch.oom.install()
+    try:
+        worker = threading.Thread(target=_run_out)
+        worker.start()
+        worker.join()
+        other = threading.Thread(target=lambda: 1 / 0)
+        other.start()
+        other.join()
+    finally:
+        watch.oom.uninstall()
+        threading.excepthook = previous
+        watch.oom.install()
+    assert seen == ["JaxRuntimeError", "ZeroDivisionError"]
+    (report,) = sent  # a ZeroDivisionError is not out of memory
+    assert report.seen_by == "thread_excepthook"
+
+
+def test_uninstall_leaves_a_hook_chained_after_ours() -> None:
+    from xmon.agent.oom import OomWatch
+
+    watch = OomWatch(list, lambda p: xmon_pb2.ProgramInfo(), lambda r: True)
+    before = sys.excepthook
+    watch.install()
+    ours = sys.excepthook
+    assert ours is not before
+
+    def later(*args: object) -> None:
+        ours(*args)  # type: ignore[arg-type]
+
+    sys.excepthook = later
+    watch.uninstall()
+    assert sys.excepthook is later  # someone chained after us: the chain stays intact
+    sys.excepthook = before
