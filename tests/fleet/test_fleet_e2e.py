@@ -146,6 +146,24 @@ def test_every_process_reports_one_job_key_and_its_own_index(running: Fleet) -> 
     assert sorted(int(s["metric"]["process_index"]) for s in jobs) == list(range(PROCESSES))
 
 
+def _panel_queries() -> list[tuple[str, str]]:
+    sys.path.insert(0, str(REPO))
+    from dashboards.board_fleet import BOARD
+
+    row = next(r for r in BOARD.rows if r.title == "Multi-process jobs")
+    return [(panel.title, query.expr.replace("$instance", ".*").replace("$job_key", ".*"))
+            for panel in row.panels for query in panel.queries]  # fmt: skip
+
+
+def test_the_fleet_dashboard_panels_show_every_process(running: Fleet) -> None:
+    def missing() -> list[tuple[str, str]]:
+        return [(title, expr) for title, expr in _panel_queries()
+                if "xmon_job_stalled" not in expr  # only while stalled: the hang test's
+                and not running.prometheus.query(expr)]  # fmt: skip
+
+    wait_for(lambda: not missing(), 30, "every fleet panel to return data", interval=2)
+
+
 def test_no_fault_fires_nothing_for_five_minutes(running: Fleet) -> None:
     worst: dict[str, float] = {}
     deadline = time.monotonic() + HEALTHY_SECONDS
@@ -166,7 +184,12 @@ def test_no_fault_fires_nothing_for_five_minutes(running: Fleet) -> None:
     running.notes.append(f"healthy: largest host excess per process {worst}")
 
 
+def _process(verdict: dict[str, Any], index: int) -> dict[str, Any]:
+    return next(p for p in verdict["processes"] if p["process_index"] == index)
+
+
 def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> None:
+    before = running.fleet_view()[1][0]
     running.fault(slow={str(SLOW_PROCESS): SLOW_SECONDS})
     started = time.monotonic()
 
@@ -181,14 +204,36 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
         )
 
     wait_for(named, NAMED_WITHIN, "the straggler rule to name process 2", interval=1)
+    named_after = time.monotonic() - started
     code, verdicts = running.fleet_view()
     assert code == 1, verdicts
     assert verdicts[0]["straggler"]["process_index"] == SLOW_PROCESS, verdicts
-    excess = verdicts[0]["straggler"]["excess_seconds"]
-    # what the process adds each step is its sleep: the excess is of that order
-    assert 0.5 * SLOW_SECONDS < excess < 2.0 * SLOW_SECONDS, verdicts
     assert "STRAGGLER" in running.fleet_text()
-    running.notes.append(f"straggler named after {time.monotonic() - started:.0f} s")
+
+    # The truth the job itself knows: process 2's devices now wait at least its sleep for
+    # its host every step, and every step of the job got at least that much longer. (How
+    # much longer the others wait depends on the collective's algorithm and on the CPU the
+    # four processes share, so the excess over the median is not asserted to equal it.)
+    def grown() -> dict[str, Any] | None:
+        verdict = running.fleet_view()[1][0]
+        slow, was = _process(verdict, SLOW_PROCESS), _process(before, SLOW_PROCESS)
+        if (slow["host_seconds"] or 0) < 0.9 * SLOW_SECONDS:
+            return None
+        if (slow["host_seconds"] or 0) - (was["host_seconds"] or 0) < 0.8 * SLOW_SECONDS:
+            return None
+        if verdict["step_seconds"] - before["step_seconds"] < 0.8 * SLOW_SECONDS:
+            return None
+        return verdict
+
+    verdict = wait_for(grown, 60, "process 2's host time to grow by its sleep", interval=3)
+    slow = _process(verdict, SLOW_PROCESS)
+    others = [p for p in verdict["processes"] if p["process_index"] != SLOW_PROCESS]
+    assert all(p["host_seconds"] < slow["host_seconds"] for p in others), verdict
+    running.notes.append(
+        f"straggler named after {named_after:.0f} s; host s/step {slow['host_seconds']:.3f} "
+        f"(was {_process(before, SLOW_PROCESS)['host_seconds']:.3f}), step "
+        f"{verdict['step_seconds']:.3f} (was {before['step_seconds']:.3f})"
+    )
     running.fault()
 
 
@@ -210,5 +255,7 @@ def test_a_process_deadlocked_in_its_host_loop_is_named_as_where_the_hang_began(
     assert stalled[BLOCKED_PROCESS] == "host"
     assert [i for i, where in stalled.items() if where == "jax"], stalled  # the others wait
     assert "stopped first" in running.fleet_text()
+    stalled_panel = [e for _, e in _panel_queries() if "xmon_job_stalled" in e]
+    assert stalled_panel and len(running.prometheus.query(stalled_panel[0])) >= 2
     running.notes.append(f"hang named after {time.monotonic() - started:.0f} s")
     print("\n".join(running.notes))

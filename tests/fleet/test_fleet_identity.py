@@ -13,7 +13,7 @@ import pytest
 
 from xmon.agent.stall import waits_in
 from xmon.agent.steps import StepTimer
-from xmon.execution.ledger import is_collective
+from xmon.execution.ledger import SampleReading, is_collective, ledger_rates
 from xmon.execution.rates import busy_by_device, step_breakdown
 from xmon.fleet.identity import identify
 
@@ -127,6 +127,19 @@ def test_a_step_splits_into_compute_collective_and_host_time() -> None:
     assert total == pytest.approx(split.step_seconds)
     assert step_breakdown({0: 0.5}, {}, None) is None
     assert step_breakdown({}, {}, 10.0) is None
+
+
+def test_one_sample_of_a_descheduled_process_does_not_move_the_median_ratios() -> None:
+    def sample(busy: float, collective: float) -> SampleReading:
+        return SampleReading(0.0, 0.2, 0.2, {}, None, True, None, {0: busy * 0.2}, {}, {},
+                             device_collective_seconds={0: collective * 0.2})  # fmt: skip
+
+    samples = [sample(0.8, 0.5), sample(0.82, 0.5), sample(0.1, 0.0), sample(0.79, 0.48)]
+    rates = ledger_rates(samples)
+    assert rates.busy_ratio[0] == pytest.approx((0.8 + 0.82 + 0.1 + 0.79) / 4)  # the mean moves
+    assert rates.busy_ratio_median[0] == pytest.approx(0.795)
+    assert rates.collective_ratio_median[0] == pytest.approx(0.49)
+    assert ledger_rates([]).busy_ratio_median == {}
 
 
 def test_cpu_devices_of_a_later_process_are_found_by_their_id() -> None:

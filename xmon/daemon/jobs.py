@@ -348,10 +348,11 @@ class JobBuilder:
     def _devices(
         self, state: JobState, ledger: LedgerRates
     ) -> tuple[tuple[JobDevice, ...], dict[int, float], dict[int, float]]:
-        """The job's devices, and each one's busy and collective ratios (empty before a
-        ledger sample)."""
+        """The job's devices, and each one's median busy and collective ratios (empty
+        before a ledger sample)."""
         samples = {s.device_id: s for s in state.report.memory} if state.report else {}
         busy: dict[int, float] = {}
+        steady_busy: dict[int, float] = {}
         collective: dict[int, float] = {}
         if ledger.samples:
             ordinals = {
@@ -360,8 +361,11 @@ class JobBuilder:
                 if info.local_hardware_id is not None
             }
             busy = rates.busy_by_device(ledger.busy_ratio, list(state.devices), ordinals)
+            steady_busy = rates.busy_by_device(
+                ledger.busy_ratio_median, list(state.devices), ordinals
+            )
             collective = rates.busy_by_device(
-                ledger.collective_ratio, list(state.devices), ordinals
+                ledger.collective_ratio_median, list(state.devices), ordinals
             )
         devices = tuple(
             JobDevice(
@@ -373,7 +377,7 @@ class JobBuilder:
             )
             for device_id, info in sorted(state.devices.items())
         )
-        return devices, busy, collective
+        return devices, steady_busy, collective
 
     def _steps(
         self,

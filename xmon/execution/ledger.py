@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
@@ -110,6 +110,11 @@ class LedgerRates:
     busy_ratio: Mapping[int, float]  # device ordinal -> busy seconds / sampled seconds
     # device ordinal -> collective seconds / sampled seconds (within busy_ratio)
     collective_ratio: Mapping[int, float] = field(default_factory=dict)
+    # The same two ratios as the median over samples of each sample's own: one sample taken
+    # while the process was descheduled (a loaded host) does not move them. What a step's
+    # breakdown and the fleet's straggler judgement read.
+    busy_ratio_median: Mapping[int, float] = field(default_factory=dict)
+    collective_ratio_median: Mapping[int, float] = field(default_factory=dict)
 
 
 class _Intervals:
@@ -389,7 +394,22 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
         collective_ratio=(
             {d: min(1.0, s / sampled) for d, s in collective.items()} if sampled > 0 else {}
         ),
+        busy_ratio_median=_median_ratios(samples, lambda s: s.device_busy_seconds),
+        collective_ratio_median=_median_ratios(samples, lambda s: s.device_collective_seconds),
     )
+
+
+def _median_ratios(
+    samples: Sequence[SampleReading], seconds: Callable[[SampleReading], Mapping[int, float]]
+) -> dict[int, float]:
+    """Per device, the median over samples of its seconds / the sample's duration (a device
+    a sample did not see ran nothing in it)."""
+    timed = [s for s in samples if s.duration_seconds > 0]
+    devices = {d for s in timed for d in s.device_busy_seconds}
+    return {
+        d: statistics.median(min(1.0, seconds(s).get(d, 0.0) / s.duration_seconds) for s in timed)
+        for d in devices
+    }
 
 
 def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float, float]:
