@@ -113,6 +113,14 @@ HEALTH = (
           "xmon snapshots stopped on {{ $labels.instance }}",
           "The latest snapshot is {{ $value | humanizeDuration }} old: the daemon's sample "
           "loop is stuck."),
+    Alert("XmonHostSetupProblem",
+          'max by (instance, job, kind) (xmon_host_finding{severity=~"warning|error"}) > 0',
+          ('xmon_host_finding{severity=~"warning|error"}',), "15m", "warning",
+          "Setup problem on {{ $labels.instance }}: {{ $labels.kind }}",
+          "The daemon holds a finding about the host that hides numbers from every job on it "
+          "(libtpu's metrics service out of reach, NVML unavailable, a preallocated GPU "
+          "shared with other processes): `xmon doctor` on the host shows the evidence and "
+          "the fix."),
     Alert("XmonCollectorDown", "xmon_collector_up == 0", ("xmon_collector_up",), "5m",
           "warning",
           "Collector {{ $labels.collector }} failing on {{ $labels.instance }}",

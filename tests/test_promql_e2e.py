@@ -167,7 +167,7 @@ def _expected(stack: Stack, expr: str) -> bool:
         # Rules over the processes of a multi-process job: a one-process stack has none;
         # tests/fleet/test_fleet_e2e.py runs them against four processes and four daemons.
         return False
-    if "xmon_job_finding" in expr:
+    if "xmon_job_finding" in expr or "xmon_host_finding" in expr:
         # A finding's series exists only while the finding holds (none in this healthy
         # stack); tests/diagnosis checks that findings reach /metrics.
         return False
