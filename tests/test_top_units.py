@@ -199,3 +199,14 @@ def test_compiles_view_lists_youngest_first_and_says_ascending_age() -> None:
     assert "sorted by AGE ascending" in table_label("compiles", "AGE", table.reverse, "", 120)
     oldest_first = sort_by(items, age.sort, True)
     assert [i.event.fun_name for i in oldest_first] == ["f100", "f200", "f300"]
+
+
+def test_a_process_of_a_multi_process_job_says_which_in_the_job_column() -> None:
+    from xmon.model import FleetIdentity
+
+    name = next(c for c in JOB_COLUMNS if c.label == "JOB")
+    alone = job()
+    fleet = dataclasses.replace(alone, fleet=FleetIdentity("10.0.0.2:8476/4", 2, 4))
+    single = dataclasses.replace(alone, fleet=FleetIdentity("host/train/1"))
+    assert name.cell(fleet) == f"{alone.job_name} [2/4]"
+    assert name.cell(single) == name.cell(alone) == alone.job_name

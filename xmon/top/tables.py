@@ -107,6 +107,14 @@ def _steps(text: str, job: Job) -> str:
     return fmt.marked(text, fmt.INFERRED_MARK, job.steps.inferred)
 
 
+def _job_name(job: Job) -> str:
+    """A process of a multi-process job says which: ``train [2/4]``."""
+    fleet = job.fleet
+    if fleet is None or fleet.process_count <= 1:
+        return job.job_name
+    return f"{job.job_name} [{fleet.process_index}/{fleet.process_count}]"
+
+
 def _mfu(job: Job) -> str:
     if not mfu_declared(job):
         return fmt.UNDECLARED_TEXT
@@ -121,7 +129,7 @@ def _hfu(job: Job) -> str:
 
 JOB_COLUMNS = (
     Column("PID", lambda j: str(j.pid), lambda j: j.pid),
-    Column("JOB", lambda j: j.job_name, lambda j: j.job_name.lower(), numeric=False),
+    Column("JOB", lambda j: _job_name(j), lambda j: j.job_name.lower(), numeric=False),
     Column("!", job_mark, mark_rank, numeric=False),  # its worst finding (f: the findings view)
     Column("DEV", lambda j: str(len(j.devices))),
     Column("MEMORY", _memory, job_memory_in_use),
