@@ -25,7 +25,8 @@ from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import lifecycle, memory
 from xmon.daemon.bounds import Limits, connection_cap, raise_descriptor_limit
-from xmon.daemon.jobs import JobBuilder, JobState
+from xmon.daemon.job_builder import JobBuilder
+from xmon.daemon.jobs import JobState
 from xmon.daemon.oom import OomSink
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload

@@ -1,0 +1,236 @@
+"""How a job's state (xmon.daemon.jobs) becomes the snapshot's ``model.Job``, with every
+derived number filled in: step percentiles and rates, executed work from the execution ledger,
+MFU, HFU, bandwidth utilisation, the step's breakdown and the job's fleet identity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from xmon import derived
+from xmon.daemon.jobs import JobState, clean_label, clean_text, device_memory
+from xmon.execution import rates
+from xmon.execution.ledger import JobLedger, LedgerRates
+from xmon.model import (
+    AgentHealth,
+    CompileEvent,
+    CompileStats,
+    DeviceMemory,
+    FleetIdentity,
+    Job,
+    JobDevice,
+    LedgerStats,
+    ProcessSample,
+    Program,
+    StepStats,
+    Utilization,
+)
+from xmon.peaks import PeakTable
+from xmon.proto import xmon_pb2
+from xmon.wire import fields_of
+
+THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
+
+
+class JobBuilder:
+    """Turns a JobState into the snapshot's Job with every derived number filled in."""
+
+    def __init__(self, peaks: PeakTable, clock: Callable[[], float] = time.monotonic) -> None:
+        self._peaks = peaks
+        self._clock = clock
+
+    def build(self, state: JobState, process: ProcessSample | None) -> Job:
+        hello, report = state.hello, state.report
+        counters = report.steps if report else xmon_pb2.StepCounters()
+        ledger = state.ledger.rates()
+        marked_rate = self._marked_rate(state) if counters.steps_total else None
+        step_rate = marked_rate if counters.steps_total else ledger.steps_per_second
+        programs = tuple(rates.with_ledger(p, ledger, step_rate) for p in state.sorted_programs())
+        devices, busy, collective = self._devices(state, ledger)
+        work = rates.executed_work(programs)
+        steps = self._steps(state, counters, programs, step_rate, work, report)
+        fleet = fleet_identity(report.process) if report and report.HasField("process") else None
+        identity = state.identity
+        if fleet is not None:  # the hello may precede jax.distributed: the report is final
+            identity = {
+                **identity,
+                "process_index": fleet.process_index,
+                "process_count": fleet.process_count,
+            }
+        return Job(
+            **identity,
+            fleet=fleet,
+            step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
+            platform=state.platform or hello.platform or "unknown",
+            last_report_at=state.last_report_at,
+            devices=devices,
+            compile=_compile_stats(report, tuple(state.compile_events)),
+            programs=programs,
+            steps=steps,
+            utilization=self._utilization(steps, devices, work),
+            process=process,
+            agent=_agent_health(report),
+            ledger=_ledger_stats(state.ledger, ledger, programs),
+        )
+
+    def _marked_rate(self, state: JobState) -> float | None:
+        """Steps/s over the latest marked steps; 0 once the job has stopped stepping."""
+        window = tuple(state.steps_window)
+        rate = derived.steps_per_second(window[-THROUGHPUT_WINDOW:])
+        p50 = derived.percentile(window, 50)
+        if rate is not None and p50 is not None:
+            idle = self._clock() - state.steps_changed_monotonic
+            if idle > 5.0 + 10 * p50:
+                return 0.0  # the job stopped stepping: no throughput, not "unknown"
+        return rate
+
+    def _devices(
+        self, state: JobState, ledger: LedgerRates
+    ) -> tuple[tuple[JobDevice, ...], dict[int, float], dict[int, float]]:
+        """The job's devices, and each one's median busy and collective ratios (empty
+        before a ledger sample)."""
+        samples = {s.device_id: s for s in state.report.memory} if state.report else {}
+        busy: dict[int, float] = {}
+        steady_busy: dict[int, float] = {}
+        collective: dict[int, float] = {}
+        if ledger.samples:
+            ordinals = {
+                i: info.local_hardware_id
+                for i, info in state.devices.items()
+                if info.local_hardware_id is not None
+            }
+            busy = rates.busy_by_device(ledger.busy_ratio, list(state.devices), ordinals)
+            steady_busy = rates.busy_by_device(
+                ledger.busy_ratio_median, list(state.devices), ordinals
+            )
+            collective = rates.busy_by_device(
+                ledger.collective_ratio_median, list(state.devices), ordinals
+            )
+        devices = tuple(
+            JobDevice(
+                info=info,
+                memory=device_memory(samples[device_id])
+                if device_id in samples
+                else DeviceMemory(),
+                busy_ratio=busy.get(device_id),
+            )
+            for device_id, info in sorted(state.devices.items())
+        )
+        return devices, steady_busy, collective
+
+    def _steps(
+        self,
+        state: JobState,
+        counters: xmon_pb2.StepCounters,
+        programs: tuple[Program, ...],
+        rate: float | None,
+        work: rates.ExecutedWork,
+        report: xmon_pb2.AgentReport | None,
+    ) -> StepStats:
+        window = tuple(state.steps_window)
+        inferred_from = None
+        if not counters.steps_total and rate:
+            # No markers: the program that used the most device time stands for the step.
+            stand_in = rates.step_program(programs)
+            inferred_from = stand_in.name if stand_in is not None else None
+        declared_bytes = _declared(counters, "bytes_per_step")
+        return StepStats(
+            steps_total=counters.steps_total,
+            step_seconds_total=counters.step_seconds_total,
+            last_step_seconds=window[-1] if window else None,
+            p50_step_seconds=(1.0 / rate if rate else None)
+            if inferred_from
+            else derived.percentile(window, 50),
+            p90_step_seconds=derived.percentile(window, 90),
+            p99_step_seconds=derived.percentile(window, 99),
+            steps_per_second=rate if counters.steps_total or inferred_from else None,
+            flops_per_step=work.flops_per_step,
+            bytes_per_step=declared_bytes if declared_bytes is not None else work.bytes_per_step,
+            model_flops_per_step=_declared(counters, "flops_per_step"),
+            tokens_per_step=_declared(counters, "tokens_per_step"),
+            window=window[-THROUGHPUT_WINDOW:],
+            inferred=inferred_from is not None,
+            inferred_from=inferred_from,
+            steps_begun_total=max(counters.steps_begun_total, counters.steps_total),
+            open_step_seconds=_declared(counters, "open_step_seconds"),
+            stall_waits_in=_stall_waits_in(report),
+        )
+
+    def _utilization(
+        self, steps: StepStats, devices: tuple[JobDevice, ...], work: rates.ExecutedWork
+    ) -> Utilization:
+        peaks = [self._peaks.lookup(d.info.device_kind) for d in devices]
+        peak_flops = derived.sum_known(p.flops_per_second if p else None for p in peaks)
+        peak_bytes = derived.sum_known(p.memory_bytes_per_second if p else None for p in peaks)
+        if not devices:
+            peak_flops = peak_bytes = None
+        flops_rate = derived.achieved_rate(steps.flops_per_step, steps.steps_per_second)
+        bytes_rate = derived.achieved_rate(steps.bytes_per_step, steps.steps_per_second)
+        model_rate = derived.achieved_rate(steps.model_flops_per_step, steps.steps_per_second)
+        return Utilization(
+            achieved_flops_per_second=flops_rate,
+            achieved_bytes_per_second=bytes_rate,
+            achieved_model_flops_per_second=model_rate,
+            peak_flops_per_second=peak_flops,
+            peak_bytes_per_second=peak_bytes,
+            model_flops_utilization_ratio=derived.utilization_ratio(model_rate, peak_flops),
+            hardware_flops_utilization_ratio=derived.utilization_ratio(flops_rate, peak_flops),
+            memory_bandwidth_utilization_ratio=derived.utilization_ratio(bytes_rate, peak_bytes),
+            flops_lower_bound=work.lower_bound,
+            tokens_per_second=derived.achieved_rate(steps.tokens_per_step, steps.steps_per_second),
+        )
+
+
+def _stall_waits_in(report: xmon_pb2.AgentReport | None) -> str | None:
+    if report is None or not report.HasField("stall"):
+        return None
+    where = report.stall.step_thread_waits_in
+    return where if where in ("jax", "host") else "unknown"
+
+
+def fleet_identity(process: xmon_pb2.ProcessIdentity) -> FleetIdentity:
+    return FleetIdentity(
+        job_key=clean_label(process.job_key),
+        process_index=max(0, process.process_index),
+        process_count=max(1, process.process_count),
+        slice_index=process.slice_index if process.HasField("slice_index") else None,
+        worker=clean_text(process.worker),
+        distributed=process.distributed,
+        job_key_declared=process.job_key_declared,
+    )
+
+
+def _declared(counters: xmon_pb2.StepCounters, name: str) -> float | None:
+    return getattr(counters, name) if counters.HasField(name) else None
+
+
+def _ledger_stats(
+    ledger: JobLedger, rates_now: LedgerRates, programs: tuple[Program, ...]
+) -> LedgerStats:
+    seen, seen_at = ledger.last_seen or (None, None)
+    name = next((p.name for p in programs if seen in p.program_ids), None)
+    return LedgerStats(
+        last_program=name if name is not None or seen is None else f"program id {seen}",
+        last_program_seen_at=seen_at,
+        samples=rates_now.samples,
+        sampled_seconds=rates_now.sampled_seconds,
+        window_seconds=rates_now.window_seconds,
+        last_sample_at=rates_now.last_sample_at,
+        parse_errors_total=ledger.parse_errors_total,
+        samples_dropped_total=ledger.samples_dropped_total,
+    )
+
+
+def _compile_stats(
+    report: xmon_pb2.AgentReport | None, recent: tuple[CompileEvent, ...]
+) -> CompileStats:
+    if report is None:
+        return CompileStats(recent=recent)
+    return CompileStats(**fields_of(report.compile, xmon_pb2.CompileCounters), recent=recent)
+
+
+def _agent_health(report: xmon_pb2.AgentReport | None) -> AgentHealth:
+    if report is None:
+        return AgentHealth()
+    return AgentHealth(**fields_of(report.agent, xmon_pb2.AgentCounters))
