@@ -106,9 +106,13 @@ def report(programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: in
 
 class RawStream:
     """One Connect stream sending raw frames (a generator may pace them), kept open until
-    ``close()``."""
+    ``close()``. With ``keepalive``, a report every ``period`` seconds after them keeps the
+    job live (a job silent past ``agent_timeout_seconds`` leaves the snapshot)."""
 
-    def __init__(self, socket_path: Path, frames: Iterable[bytes]) -> None:
+    def __init__(
+        self, socket_path: Path, frames: Iterable[bytes], keepalive: float | None = None
+    ) -> None:
+        self._keepalive = keepalive
         self.channel = grpc.insecure_channel(
             f"unix://{socket_path}", options=[("grpc.max_send_message_length", 64 << 20)]
         )
@@ -122,7 +126,10 @@ class RawStream:
 
     def _frames(self, frames: Iterable[bytes]) -> Iterator[bytes]:
         yield from frames
-        self._done.wait()
+        seq = 1
+        while not self._done.wait(self._keepalive):  # None: wait until closed
+            seq += 1
+            yield report(seq=seq)
 
     def close(self) -> None:
         self._done.set()
@@ -134,12 +141,14 @@ class StalledView:
     """A Subscribe stream whose client never asks for a message (a view that stopped reading).
 
     Without a call to ``next()`` gRPC's client takes bytes off the socket only as far as its
-    flow-control windows allow, so the daemon's writes to it stop completing once those fill."""
+    flow-control windows allow, so the daemon's writes to it stop completing once those fill:
+    after ~4 MiB for gRPC's default client, after about ``window`` bytes if given."""
 
-    def __init__(self, socket_path: Path) -> None:
-        self.channel = grpc.insecure_channel(
-            f"unix://{socket_path}", options=[("grpc.max_receive_message_length", 64 << 20)]
-        )
+    def __init__(self, socket_path: Path, window: int | None = None) -> None:
+        options: list[tuple[str, int]] = [("grpc.max_receive_message_length", 64 << 20)]
+        if window is not None:  # the stream's initial window, not grown by BDP probing
+            options += [("grpc.http2.lookahead_bytes", window), ("grpc.http2.bdp_probe", 0)]
+        self.channel = grpc.insecure_channel(f"unix://{socket_path}", options=options)
         self.call = xmon_pb2_grpc.ControlStub(self.channel).Subscribe(
             xmon_pb2.SubscribeRequest(protocol_version=1)
         )

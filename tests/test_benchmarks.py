@@ -29,9 +29,11 @@ def test_every_benchmark_runs_in_quick_mode(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     ran = re.findall(r"^== (\w+): exit 0", run.stdout, re.MULTILINE)
-    assert {"agent_overhead", "daemon_cost", "scrape_latency", "capture"} <= set(ran), run.stdout
+    assert {"agent_overhead", "daemon_cost", "scrape_latency", "capture", "floods"} <= set(ran), (
+        run.stdout
+    )
     page = results.read_text()
-    for section in ("agent-overhead", "daemon-cost", "scrape-latency", "capture-cost"):
+    for section in ("agent-overhead", "daemon-cost", "scrape-latency", "capture-cost", "floods"):
         assert f"<!-- begin {section} -->" in page, section
 
 

@@ -14,7 +14,6 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from flood_attacks import padded, slow_metrics_clients
 from test_prometheus_exporter import snapshot, train_job
 
 from xmon.client import decode
@@ -26,6 +25,8 @@ from xmon.execution.ledger import JobLedger
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.proto import xmon_pb2
+
+from flood_attacks import padded, slow_metrics_clients
 
 
 def _hello(pid: int = 1, devices: int = 0) -> xmon_pb2.AgentHello:
