@@ -14,9 +14,11 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 from test_prometheus_exporter import snapshot, train_job
 
 from xmon.client import decode
+from xmon.daemon import memory
 from xmon.daemon.bounds import Limits, StateBudget, connection_cap
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
@@ -26,7 +28,7 @@ from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.proto import xmon_pb2
 
-from flood_attacks import padded, slow_metrics_clients
+from flood_attacks import padded, slow_metrics_clients, varint
 
 
 def _hello(pid: int = 1, devices: int = 0) -> xmon_pb2.AgentHello:
@@ -55,6 +57,28 @@ def test_unknown_fields_of_reports_and_hellos_are_not_kept() -> None:
     assert state.report is not None and state.report.ByteSize() < 1024
     assert state.held_bytes < 64 * 1024
     assert dict(state.report.memory[0].stats) == {"bytes_in_use": 1}
+
+
+def test_slim_copies_leave_the_padding_with_the_received_message() -> None:
+    """protobuf's upb runtime frees a message's arena only with the whole message: a slim copy
+    made with CopyFrom and DiscardUnknownFields kept a padded hello's 15 MiB (and a report's
+    padded counters) for the stream's life, where ByteSize() cannot see it."""
+    hello_bytes = padded(_hello().SerializeToString(), 15 << 20)
+    steps = padded(xmon_pb2.StepCounters(steps_total=1).SerializeToString(), 15 << 20)
+    report_bytes = xmon_pb2.AgentReport(seq=1).SerializeToString() + bytes([(7 << 3) | 2])
+    report_bytes += varint(len(steps)) + steps  # field 7: steps, padded inside
+    process = psutil.Process()
+    memory.trim()
+    before = process.memory_info().rss
+    states = []
+    for _ in range(4):
+        state = JobState(hello=xmon_pb2.AgentHello.FromString(hello_bytes), connected_at=0.0)
+        state.apply(xmon_pb2.AgentReport.FromString(report_bytes), 1.0, 1.0)
+        states.append(state)
+    memory.trim()
+    growth = (process.memory_info().rss - before) / 2**20
+    assert growth < 16, f"4 jobs kept {growth:.0f} MiB of 120 MiB of padding"
+    assert all(state.report is not None and state.report.steps.steps_total == 1 for state in states)
 
 
 def test_devices_programs_and_stats_are_capped_per_job() -> None:
