@@ -23,7 +23,8 @@ MLP = (
     + r"""
 key = jax.random.key(0)
 k1, k2, k3 = jax.random.split(key, 3)
-params = {"w1": jax.random.normal(k1, (512, 2048)) / 22, "w2": jax.random.normal(k2, (2048, 10)) / 45}
+params = {"w1": jax.random.normal(k1, (512, 2048)) / 22,
+          "w2": jax.random.normal(k2, (2048, 10)) / 45}
 x = jax.random.normal(k3, (512, 512))
 y = jax.nn.one_hot(jnp.arange(512) % 10, 10)
 
