@@ -80,14 +80,15 @@ def test_steps_of_a_starved_job_are_not_judged() -> None:
                         daemon=DaemonStats("0", 0.0), jobs=(job,))  # fmt: skip
 
     rules = TriggerRules(step_time_factor=3.0, min_steps=10, min_interval_seconds=60)
-    for wait, fires in ((1.2, False), (0.0, True)):
+    # (wait in the snapshot before the slow step's, wait in its own, fires)
+    for before, now, fires in ((1.2, 1.2, False), (1.2, 0.0, False), (0.0, 0.0, True)):
         engine = TriggerEngine(rules, lambda: 0.0)
         history = (0.1,) * 30
-        engine.evaluate(snap(_job(history, 0.9, wait)))
+        engine.evaluate(snap(_job(history, 0.9, 0.0)))
         history += (0.1,) * 20
-        assert engine.evaluate(snap(_job(history, 0.9, wait))) == []
-        history += (3.0,)
-        assert bool(engine.evaluate(snap(_job(history, 0.9, wait)))) is fires
+        assert engine.evaluate(snap(_job(history, 0.9, before))) == []
+        history += (3.0,)  # a slow step spans snapshots: the wait before it counts too
+        assert bool(engine.evaluate(snap(_job(history, 0.9, now)))) is fires
 
 
 def test_the_tracker_judges_the_wait_over_recent_ticks() -> None:

@@ -12,8 +12,9 @@
   The floors are in time because a busy host stretches steps by tens to hundreds of
   milliseconds now and then (the scheduler hands the cores to other processes): for a 1 ms
   step that is 10x, and a few such steps among many are 3x, yet nothing in the job changed
-  and a trace taken after them shows nothing. Steps that arrive while the job's threads wait
-  for a CPU (xmon.findings.host_bound.starved: an oversubscribed host) are not judged either.
+  and a trace taken after them shows nothing. Steps that arrive while, or within
+  ``STARVED_TICKS`` snapshots after, the job's threads wait for a CPU
+  (xmon.findings.host_bound.starved: an oversubscribed host) are not judged either.
 * ``memory``: a device's PJRT allocator holds more than ``ratio`` of its ``bytes_limit``
   -> device memory profile. Devices without a limit (CPU) never fire.
 
@@ -37,6 +38,7 @@ from xmon.profiling_config import ProfilingConfig
 HISTORY = 256  # step durations the median is taken over
 QUIET_STEPS = 2  # steps not judged after a compile or a ledger sample
 RECENT_JUDGED = 4096  # judged steps kept for the persistence rule's look back
+STARVED_TICKS = 8  # snapshots back in which a CPU wait keeps new steps from being judged
 PERSIST_MIN_STEPS = 8  # the persistence rule looks back over at least this many judged steps
 
 
@@ -88,6 +90,8 @@ class _History:
     marks: tuple[int, int] | None = None  # (compiles, ledger samples) at the last snapshot
     # (seconds, seconds past the median if slow else 0) of the latest judged steps
     judged: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RECENT_JUDGED))
+    # whether the job waited for a CPU, per snapshot: a slow step spans several of them
+    starved: deque[bool] = field(default_factory=lambda: deque(maxlen=STARVED_TICKS))
 
 
 class TriggerEngine:
@@ -132,7 +136,8 @@ class TriggerEngine:
         history.seen += max(0, new)
         if marks != history.marks:  # a compile or a profiler session: its steps are slow
             history.marks, history.quiet_until = marks, total + QUIET_STEPS
-        if starved(job.process):  # the host, not the job: its threads wait for a CPU
+        history.starved.append(starved(job.process))
+        if any(history.starved):  # the host, not the job: its threads wait for a CPU
             history.quiet_until = total + QUIET_STEPS
         fresh = window[-new:] if 0 < new <= len(window) else (window if new > 0 else ())
         factor = self.rules.step_time_factor
