@@ -35,7 +35,7 @@ TRIGGERED = ("step_time", "memory")
 class Watch:
     samples: int = 0
     serious: list[str] = field(default_factory=list)
-    captures: list[str] = field(default_factory=list)
+    captures: set[str] = field(default_factory=set)  # each capture once, however often seen
     seen: dict[tuple[str, int], tuple[float, float, int]] = field(default_factory=dict)
 
     def read(self, daemon: Daemon, now: float) -> None:
@@ -57,7 +57,7 @@ class Watch:
                     self.serious.append(f"{job.job_name} at {now:.0f} s: {f.kind} {f.summary}")
             for c in job.captures:
                 if c.trigger in TRIGGERED and (c.ok_total or c.failed_total):
-                    self.captures.append(f"{job.job_name}: {c.trigger} {c.last_reason}")
+                    self.captures.add(f"{job.job_name} {job.pid}: {c.trigger} {c.last_reason}")
 
     def job_minutes(self) -> float:
         return sum(last - first for first, last, _ in self.seen.values()) / 60
@@ -115,6 +115,6 @@ def test_healthy_jobs_raise_nothing_for_five_minutes(tmp_path: Path) -> None:
     print(f"false positives: {len(watch.serious)} findings, {len(watch.captures)} triggered "
           f"captures over {minutes:.1f} job-minutes ({watch.samples} snapshots)")  # fmt: skip
     assert watch.serious == [], watch.serious
-    assert watch.captures == [], watch.captures
+    assert watch.captures == set(), watch.captures
     triggered = re.compile(r'^xmon_job_captures_total\{[^}]*trigger="(step_time|memory)"', re.M)
     assert not triggered.search(metrics), triggered.findall(metrics)
