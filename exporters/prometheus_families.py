@@ -235,6 +235,7 @@ def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
          job.process_index, job.process_count),
     )  # fmt: skip
     b.add("xmon_job_start_time_seconds", key, job.started_at or None)
+    b.add("xmon_job_pid_verified", key, 1.0 if job.pid_verified else 0.0)
     _job_devices(b, job, key)
     _job_compile(b, job, key)
     add_program_series(b, job, key, program_limit)

@@ -193,7 +193,10 @@ BAD = [
      "max_agents, max_connections, max_devices_per_job, max_job_bytes, max_message_bytes, "
      "max_programs_per_job, max_state_bytes, max_subscribers, metrics_max_connections, peaks, "
      "period_seconds, procfs_root, profiling, program_series_limit, socket_path, "
-     "subscriber_stall_seconds, sysfs_root, tpu_full_poll_seconds, tpu_metrics_addresses"),
+     "subscriber_stall_seconds, sysfs_root, tpu_full_poll_seconds, tpu_metrics_addresses, "
+     "verify_pids"),
+    ("file-verify-pids-unknown", 'verify_pids = "always"', {}, {},
+     'config {path}: verify_pids must be one of require, prefer, off, got "always"'),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},
      'config {path}: collectors.host must be true or false, got "yes"'),
     ("file-collectors-not-table", "collectors = 1", {}, {},

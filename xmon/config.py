@@ -60,6 +60,8 @@ class DaemonConfig:
     hello_timeout_seconds: float = 5.0  # a stream that sends no hello this long is closed
     subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
     metrics_max_connections: int = 512  # open /metrics connections
+    # Check the pid each agent claims (xmon.daemon.hello): "require", "prefer" or "off"
+    verify_pids: str = "prefer"
     # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
     tpu_metrics_addresses: tuple[str, ...] = ()
     # Seconds between full polls of a libtpu service (HBM capacity, latency distributions,
@@ -141,6 +143,13 @@ def _path(value: Any, from_text: bool) -> Path:
 def _log_level(value: Any, from_text: bool) -> str:
     if not isinstance(value, str) or value.strip().lower() not in LOG_LEVELS:
         raise _Problem(f"must be one of {', '.join(LOG_LEVELS)}, got {_show(value)}")
+    return value.strip().lower()
+
+
+def _verify_pids(value: Any, from_text: bool) -> str:
+    choices = ("require", "prefer", "off")
+    if not isinstance(value, str) or value.strip().lower() not in choices:
+        raise _Problem(f"must be one of {', '.join(choices)}, got {_show(value)}")
     return value.strip().lower()
 
 
@@ -270,6 +279,7 @@ _FILE_KEYS: dict[str, Callable[[Any, bool], Any]] = {
     "hello_timeout_seconds": _number_in(0.1, 3600),
     "subscriber_stall_seconds": _number_in(0.1, 3600),
     "metrics_max_connections": _int_in(4, 100_000),
+    "verify_pids": _verify_pids,
     "collectors": _collectors,
     "host": _host,
     "peaks": _peaks,
@@ -335,6 +345,7 @@ _OVERRIDES: tuple[tuple[str | None, str, str, str, Callable[[Any, bool], Any]], 
     (None, "", "XMON_SLICE", "host.slice", _text),
     (None, "", "XMON_WORKER", "host.worker", _worker_text),
     (None, "", "XMON_PROFILING", "profiling", _profiling_json),
+    (None, "", "XMON_VERIFY_PIDS", "verify_pids", _verify_pids),
 )
 
 

@@ -32,6 +32,7 @@ REFUSAL_BOUNDS = (
     "state_bytes",  # ... that would pass max_state_bytes over all jobs
     "connections",  # streams past max_connections
     "hello_timeout",  # streams that sent no hello within hello_timeout_seconds
+    "pid_claims",  # hellos claiming a pid whose process holds no connection (verify_pids)
     "subscribers",  # views past max_subscribers, or cut off after subscriber_stall_seconds
     "snapshot_programs",  # programs left out of a view's snapshot so that it fits a message
     "ledger_bytes",  # execution samples dropped while 64 MiB of samples were being read
@@ -77,6 +78,10 @@ _JOB_METRICS = (
         "process_count"), "Job"),
     _g("xmon_job_start_time_seconds", "Unix time the agent attached to the job.",
        JOB, "seconds", "Job.started_at"),
+    _g("xmon_job_pid_verified", "1 if the daemon verified that process pid holds the agent's "
+       "connection to its socket (sock_diag and /proc/<pid>/fd); 0 where it did not or could not "
+       "check (verify_pids off, another pid namespace, no netlink, a daemon that is not root).",
+       JOB, "", "Job.pid_verified"),
     _i("xmon_job_device_info", "A PJRT device as the job sees it (always 1); jax.Device facts. "
        "device is jax.Device.id; local_hardware_id usually equals xmon_device_info's device.",
        (*JOB_DEVICE, "process_index", "coords", "local_hardware_id", "core_on_chip",

@@ -8,6 +8,7 @@ import socket
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -20,6 +21,16 @@ from xmon.proto import xmon_pb2, xmon_pb2_grpc
 from procs import Daemon, start_daemon, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
+
+# These clients claim made-up pids (a live process may hold one): the daemon checks no claims.
+UNCHECKED_PIDS = {"XMON_VERIFY_PIDS": "off"}
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    proc = start_daemon(tmp_path / "daemon", env=UNCHECKED_PIDS)
+    yield proc
+    proc.stop()
 
 
 def _hello(pid: int = 4242, job_name: str = "fault", version: int = 1) -> xmon_pb2.AgentMessage:
@@ -229,7 +240,7 @@ def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
 def test_agent_streams_are_capped(tmp_path: Path) -> None:
     config = tmp_path / "xmon.toml"
     config.write_text("max_agents = 2\n")
-    daemon = start_daemon(tmp_path / "d", extra_args=["--config", str(config)])
+    daemon = start_daemon(tmp_path / "d", env=UNCHECKED_PIDS, extra_args=["--config", str(config)])
     agents = [_agent(daemon, f"capped{i}", 6000 + i) for i in range(2)]
     third = Transport(f"unix://{daemon.socket_path}", lambda: _hello(6002, "third"), print)
     third.start()

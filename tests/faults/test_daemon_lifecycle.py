@@ -44,7 +44,8 @@ def _run_daemon(tmp_path: Path, socket_path: Path) -> tuple[int, str]:
 
 
 def test_sigterm_with_agents_attached_ends_their_streams_cleanly(tmp_path: Path) -> None:
-    daemon = start_daemon(tmp_path / "d")
+    # the second agent claims a pid it does not hold: the daemon checks no claims here
+    daemon = start_daemon(tmp_path / "d", env={"XMON_VERIFY_PIDS": "off"})
     agents = [_agent(daemon.socket_path, pid) for pid in (os.getpid(), os.getppid())]
     try:
         wait_for(lambda: all(a.connected for a in agents), 20, "both agents to attach")

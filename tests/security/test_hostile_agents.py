@@ -45,11 +45,12 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
 
 
 @pytest.fixture
-def victim_pid() -> Iterator[int]:
-    proc = subprocess.Popen(["sleep", "120"])
-    yield proc.pid
-    proc.kill()
+def gone_pid() -> int:
+    """The pid of a process that has exited: no process on this host holds it, so the daemon
+    cannot check a claim of it (as for a job in another pid namespace) and accepts it."""
+    proc = subprocess.Popen(["true"])
     proc.wait()
+    return proc.pid
 
 
 def _jobs(daemon: Daemon) -> set[str]:
@@ -60,9 +61,8 @@ def _jobs(daemon: Daemon) -> set[str]:
     }
 
 
-def test_a_hello_claiming_an_attached_pid_does_not_evict_that_job(
-    daemon: Daemon, victim_pid: int
-) -> None:
+def test_a_hello_claiming_an_attached_pid_does_not_evict_that_job(daemon: Daemon) -> None:
+    victim_pid = os.getpid()  # this process holds the victim's connection: a verified claim
     victim = _agent(daemon, victim_pid, "victim")
     try:
         wait_for(lambda: _jobs(daemon) == {"victim"}, 20, "the victim to attach")
@@ -91,13 +91,13 @@ def test_an_impossible_pid_is_refused_and_the_host_collector_stays_up(
 
 
 def test_hostile_numbers_and_strings_harm_no_other_job(
-    daemon: Daemon, victim_pid: int, tmp_path: Path
+    daemon: Daemon, gone_pid: int, tmp_path: Path
 ) -> None:
     hostile = "cpu\x00\u2028\u0085\x1b[2J"
-    bad = _agent(daemon, os.getpid(), "bad", started_at=math.inf, platform=hostile,
+    bad = _agent(daemon, gone_pid, "bad", started_at=math.inf, platform=hostile,
                  hostname=hostile)  # fmt: skip
-    good = _agent(daemon, victim_pid, "good", started_at=time.time())
-    run = tmp_path / "d" / "tb" / f"good-{victim_pid}"
+    good = _agent(daemon, os.getpid(), "good", started_at=time.time())
+    run = tmp_path / "d" / "tb" / f"good-{os.getpid()}"
     try:
 
         def good_scalars() -> bool:

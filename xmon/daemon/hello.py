@@ -1,23 +1,30 @@
 """Which agent hellos the daemon accepts.
 
+The pid a hello names must be a possible process id, and no live stream may already hold it:
+the first stream to claim a pid keeps it until that stream ends; a second claim is refused
+instead of evicting the first, so a local user cannot make another job's series vanish.
+
 gRPC's Python server exposes no peer credentials for a unix socket (see docs/reliability.md),
-so the daemon cannot prove that a stream comes from the pid its hello names. What it can check
-it does: the pid is a possible process id, and no live stream already holds it. The first
-stream to claim a pid keeps it until that stream ends; a second claim is refused instead of
-evicting the first, so a local user cannot make another job's series vanish. A pid that is not
-a process on this host (a job in another pid namespace) is accepted: it only labels series,
-and the host collector finds no process for it.
+so the claim itself is checked from the outside (xmon.daemon.peers): the claimed process must
+hold a connection to the daemon's socket. ``verify_pids`` decides what follows: "prefer" (the
+default) refuses a claim proven false and accepts one that cannot be checked (not Linux, no
+netlink, a pid not on this host such as a job in another pid namespace), marked unverified;
+"require" accepts only verified claims; "off" checks nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import grpc
 
+from xmon.daemon.peers import PidCheck, PidVerifier, Verdict
 from xmon.proto import xmon_pb2
 
 PID_MAX_LIMIT = 4_194_304  # the kernel's largest pid_max on 64-bit Linux
+PID_POLICIES = ("require", "prefer", "off")  # the daemon's verify_pids
 
 
 def hello_refusal(
@@ -33,3 +40,30 @@ def hello_refusal(
             f"pid {pid} is already attached by a live agent stream; it keeps it until it ends",
         )
     return None
+
+
+@dataclass
+class PidClaims:
+    """The daemon's check of the pid each hello claims (``verify_pids``)."""
+
+    policy: str = "prefer"
+    verifier: PidVerifier | None = None  # None: nothing to check with (a daemon in a test)
+
+    async def check(self, pid: int) -> PidCheck:
+        """The claim's verdict; the check (a millisecond or two, 0.5 s at most) runs in a
+        thread so that a flood of hellos never stalls the daemon's loop."""
+        if self.policy == "off" or self.verifier is None:
+            return PidCheck(Verdict.UNKNOWN, 'pid claims are not checked (verify_pids = "off")')
+        return await asyncio.to_thread(self.verifier.check, pid)
+
+    def refusal(self, pid: int, check: PidCheck) -> tuple[grpc.StatusCode, str] | None:
+        """Why the claim is refused (a status and a one-line reason), or None to accept it."""
+        if check.verdict is Verdict.VERIFIED or self.policy == "off":
+            return None
+        if check.verdict is Verdict.REFUTED:
+            reason = f"pid {pid} is not this stream's process: {check.reason}"
+            return grpc.StatusCode.PERMISSION_DENIED, reason
+        if self.policy == "require":
+            reason = f'cannot verify pid {pid} ({check.reason}) and verify_pids is "require"'
+            return grpc.StatusCode.PERMISSION_DENIED, reason
+        return None

@@ -71,6 +71,7 @@ class JobState:
     ledger: JobLedger = field(default_factory=JobLedger)
     budget: StateBudget = field(default_factory=StateBudget)  # shared by the daemon's jobs
     held_bytes: int = 0  # estimated bytes this job's state holds (see xmon.daemon.bounds)
+    pid_verified: bool = False  # the claimed process holds a connection (xmon.daemon.peers)
     _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -140,6 +141,7 @@ class JobState:
             "process_count": max(1, hello.process_count),
             "argv": tuple(clean_label(a) for a in hello.argv[:32]),
             "started_at": hello.started_at,
+            "pid_verified": self.pid_verified,
         }
 
     def sorted_programs(self) -> tuple[Program, ...]:

@@ -21,10 +21,11 @@ import grpc
 
 from xmon import __version__
 from xmon.daemon.bounds import StateBudget
-from xmon.daemon.hello import hello_refusal
+from xmon.daemon.hello import PidClaims, hello_refusal
 from xmon.daemon.jobs import JobState, clean_label
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
+from xmon.daemon.peers import PidCheck, Verdict
 from xmon.daemon.sanitize import scrub
 from xmon.model import Job, Snapshot, snapshot_to_dict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
@@ -62,6 +63,7 @@ class Hub:
     hello_timeout_seconds: float = HELLO_TIMEOUT_SECONDS
     max_message_bytes: int = 16 * 1024 * 1024  # largest snapshot message sent to a view
     budget: StateBudget = field(default_factory=StateBudget)
+    pid_claims: PidClaims = field(default_factory=PidClaims)  # verify_pids
     streams: int = 0  # open streams of both services
     jobs: dict[int, JobState] = field(default_factory=dict)
     counters: IngestCounters = field(default_factory=IngestCounters)
@@ -190,7 +192,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         if hello is None:
             return
         hub = self._hub
-        refusal = hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+        check, refusal = await self._judge_hello(hello)
         if refusal is not None:
             hub.counters.reports_rejected += 1
             log.warning("agent refused: job %r: %s", clean_label(hello.job_name), refusal[1])
@@ -205,11 +207,15 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return
         stream_id = hub.next_id()
         job = hub.jobs[stream_id] = JobState(
-            hello=hello, connected_at=time.time(), budget=hub.budget
+            hello=hello,
+            connected_at=time.time(),
+            budget=hub.budget,
+            pid_verified=check.verdict is Verdict.VERIFIED,
         )
         del hello  # the message, with any padding it carried, goes: the job keeps a slim copy
         link = hub.links[stream_id] = AgentLink()
-        log.info("agent attached: job %r pid %d", job.job_name, job.pid)
+        log.info("agent attached: job %r pid %d (%s)", job.job_name, job.pid,
+                 "verified" if job.pid_verified else f"unverified: {check.reason}")  # fmt: skip
         reader: asyncio.Task[None] | None = None
         try:
             welcome = xmon_pb2.Welcome(
@@ -230,6 +236,23 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             hub.counters.disconnects += 1
             if state is not None:
                 log.info("agent detached: job %r pid %d", state.job_name, state.pid)
+
+    async def _judge_hello(
+        self, hello: xmon_pb2.AgentHello
+    ) -> tuple[PidCheck, tuple[grpc.StatusCode, str] | None]:
+        """The verdict on the pid the hello claims, and why the hello is refused (or None)."""
+        hub = self._hub
+        unchecked = PidCheck(Verdict.UNKNOWN, "not checked")
+        refusal = hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+        if refusal is not None:
+            return unchecked, refusal
+        check = await hub.pid_claims.check(hello.pid)
+        refusal = hub.pid_claims.refusal(hello.pid, check)
+        if refusal is not None:
+            hub.budget.refuse("pid_claims")
+            return check, refusal
+        # Other hellos were served during the check: the pid may be attached by now.
+        return check, hello_refusal(hello, (state.pid for state in hub.jobs.values()))
 
     async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
         timeout = self._hub.hello_timeout_seconds

@@ -28,12 +28,14 @@ from xmon.daemon.bounds import Limits, connection_cap, raise_descriptor_limit
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
 from xmon.daemon.oom import OomSink
+from xmon.daemon.peers import PidVerifier
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
 from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
+from xmon.findings.ended import EndedJobs
 from xmon.findings.host import HostFindings
-from xmon.findings.tracker import FindingsTracker
+from xmon.findings.tracker import FindingsTracker, worst_first
 from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2_grpc
@@ -109,6 +111,7 @@ class Daemon:
         self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
         self.hub.oom_sink = OomSink(lambda: self.config.logdir, self.findings.note_oom).take
         self.host_findings = HostFindings()  # the host's: runtime metrics, NVML, preallocation
+        self.ended_jobs = EndedJobs()  # an hour of findings of jobs that died of them
         self.hostname = socket.gethostname()
         self.started_at = time.time()
         self._seq = 0
@@ -116,6 +119,10 @@ class Daemon:
         self.metrics_port: int | None = None
         self.slice_info: SliceInfo | None = None
         self._socket = lifecycle.SocketGuard(config.socket_path)
+        # accepted connections carry the name the socket was bound to: the private one
+        self.hub.pid_claims.verifier = PidVerifier(
+            lambda: str(self._socket.private_path().absolute())
+        )
         self._servers: list[grpc.aio.Server] = []  # one more each time the socket is re-made
         self._reload_task: asyncio.Task[PreparedReload] | None = None
 
@@ -377,7 +384,9 @@ class Daemon:
             slice_info=self.slice_info,
             runtime_services=output.runtime_services,
         )
-        return dataclasses.replace(snapshot, findings=self.host_findings.judge(snapshot))
+        self.ended_jobs.observe(jobs)
+        host = self.host_findings.judge(snapshot) + self.ended_jobs.findings()
+        return dataclasses.replace(snapshot, findings=worst_first(host))
 
 
 def _bound_hub(hub: Hub, config: DaemonConfig, descriptors: int) -> None:
@@ -390,6 +399,7 @@ def _bound_hub(hub: Hub, config: DaemonConfig, descriptors: int) -> None:
     )
     hub.max_connections = connection_cap(config.max_connections, descriptors)
     hub.max_subscribers = config.max_subscribers
+    hub.pid_claims.policy = config.verify_pids
     hub.hello_timeout_seconds = config.hello_timeout_seconds
     hub.subscriber_stall_seconds = config.subscriber_stall_seconds
     hub.max_message_bytes = config.max_message_bytes
