@@ -17,7 +17,7 @@ from attack import Attacker
 from claims import Claimant
 
 from flood_attacks import refused
-from procs import Daemon, start_daemon, wait_for
+from procs import Daemon, start_daemon, start_job, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -66,6 +66,17 @@ def test_an_honest_agent_is_verified(daemon: Daemon) -> None:
     finally:
         assert agent.close() == ""
     assert refused(daemon.scrape()).get("pid_claims") == 0.0
+
+
+def test_a_real_jax_job_is_verified(daemon: Daemon, tmp_path: Path) -> None:
+    script = "import time, jax.numpy as jnp\nwhile True:\n    jnp.ones(8).sum(); time.sleep(0.1)\n"
+    job = start_job(tmp_path, daemon.socket_path, script, "jaxjob", devices=1)
+    try:
+        wait_for(lambda: _verified(daemon, "jaxjob", job.popen.pid) == 1.0, 90, "the real job")
+        assert f"agent attached: job 'jaxjob' pid {job.popen.pid} (verified)" in daemon.log()
+    finally:
+        job.popen.kill()
+        job.popen.wait()
 
 
 def test_a_claim_of_a_live_process_without_a_connection_is_refused(
