@@ -114,13 +114,21 @@ HEALTH = (
           "The latest snapshot is {{ $value | humanizeDuration }} old: the daemon's sample "
           "loop is stuck."),
     Alert("XmonHostSetupProblem",
-          'max by (instance, job, kind) (xmon_host_finding{severity=~"warning|error"}) > 0',
-          ('xmon_host_finding{severity=~"warning|error"}',), "15m", "warning",
+          'max by (instance, job, kind)'
+          ' (xmon_host_finding{kind!="ended_job", severity=~"warning|error"}) > 0',
+          ('xmon_host_finding{kind!="ended_job", severity=~"warning|error"}',), "15m", "warning",
           "Setup problem on {{ $labels.instance }}: {{ $labels.kind }}",
           "The daemon holds a finding about the host that hides numbers from every job on it "
           "(libtpu's metrics service out of reach, NVML unavailable, a preallocated GPU "
           "shared with other processes): `xmon doctor` on the host shows the evidence and "
           "the fix."),
+    Alert("XmonJobDiedOutOfMemory",
+          'max by (instance, job) (xmon_host_finding{kind="ended_job", severity="error"}) > 0',
+          ('xmon_host_finding{kind="ended_job", severity="error"}',), "0m", "warning",
+          "A job ended after running out of memory on {{ $labels.instance }}",
+          "A job's agent reported an out-of-memory error and the job ended: `xmon doctor` on "
+          "the host shows, for an hour, its largest arrays, the program and the files kept "
+          "in its run directory."),
     Alert("XmonCollectorDown", "xmon_collector_up == 0", ("xmon_collector_up",), "5m",
           "warning",
           "Collector {{ $labels.collector }} failing on {{ $labels.instance }}",

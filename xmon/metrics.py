@@ -413,7 +413,8 @@ _HOST_METRICS = (
        (), "", "Snapshot.host.load_average_1m"),
     _g("xmon_host_finding", "Findings of this kind and severity the daemon holds about the "
        "host rather than one job (xmon doctor shows their evidence and fix; docs/doctor.md): "
-       "kind is tpu_metrics_unreachable, nvml_unavailable or gpu_preallocated.",
+       "kind is tpu_metrics_unreachable, nvml_unavailable, gpu_preallocated, or ended_job (a job "
+       "that ended with an out-of-memory or leak finding, kept an hour).",
        ("kind", "severity"), "", "Snapshot.findings[]"),
 )
 

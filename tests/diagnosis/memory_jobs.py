@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathology_jobs import HEADER
 
-# The largest array, sharded over the 4 devices (2 MiB each), and a smaller one on device 0.
+# The largest array, sharded over the 4 devices (2 MiB each), and a smaller one on one device.
 _HELD = r"""
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from xmon.findings.ended import KEEP_SECONDS, MAX_KEPT, EndedJobs
+from xmon.findings.oom import FINDING_SECONDS, LiveArrayRow, OomEvent
 from xmon.model import Finding
 
 from views_support import job
@@ -42,3 +43,32 @@ def test_healthy_jobs_that_end_leave_nothing_and_the_kept_are_bounded() -> None:
         ended.observe((dataclasses.replace(job(), pid=pid, findings=(OOM,)),))
         ended.observe(())
     assert len(ended.findings()) == MAX_KEPT
+
+
+def oom_event(at: float) -> OomEvent:
+    largest = LiveArrayRow((2048, 1024), "float32", "SingleDeviceSharding", 8 << 20)
+    return OomEvent(1000.0, at, "RESOURCE_EXHAUSTED: Out of memory", "excepthook", (largest,),
+                    3, 9 << 20, None, 1 << 44, None, ("/tb/oomdies-7/oom/a.json",))  # fmt: skip
+
+
+def test_a_report_from_a_job_gone_before_any_tick_showed_its_finding_is_kept() -> None:
+    clock = [50.0]
+    ended = EndedJobs(wall=lambda: 2000.0, clock=lambda: clock[0])
+    dying = dataclasses.replace(job(), pid=7, job_name="oomdies")
+    ended.observe((dying,))  # its last tick: no finding yet
+    ended.note_oom(7, oom_event(at=49.0))  # the report, then the stream closes
+    ended.observe(())
+    (left,) = ended.findings()
+    assert left.kind == "ended_job" and left.severity == "error"
+    assert left.subject == "oomdies (pid 7)" and "could not be allocated" in left.summary
+    assert any("float32[2048,1024]" in value for _, value in left.evidence), left.evidence
+
+
+def test_a_job_that_recovered_from_an_out_of_memory_error_and_ended_later_leaves_nothing() -> None:
+    clock = [50.0]
+    ended = EndedJobs(clock=lambda: clock[0])
+    ended.note_oom(9, oom_event(at=50.0))
+    ended.observe((dataclasses.replace(job(), pid=9),))
+    clock[0] = 50.0 + FINDING_SECONDS + 1  # it went on with a smaller batch, then ended
+    ended.observe(())
+    assert ended.findings() == ()

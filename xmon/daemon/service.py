@@ -35,6 +35,7 @@ from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.findings.ended import EndedJobs
 from xmon.findings.host import HostFindings
+from xmon.findings.oom import OomEvent
 from xmon.findings.tracker import FindingsTracker, worst_first
 from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.peaks import PeakTable
@@ -109,9 +110,9 @@ class Daemon:
         )
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
         self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
-        self.hub.oom_sink = OomSink(lambda: self.config.logdir, self.findings.note_oom).take
         self.host_findings = HostFindings()  # the host's: runtime metrics, NVML, preallocation
         self.ended_jobs = EndedJobs()  # an hour of findings of jobs that died of them
+        self.hub.oom_sink = OomSink(lambda: self.config.logdir, self._note_oom).take
         self.hostname = socket.gethostname()
         self.started_at = time.time()
         self._seq = 0
@@ -315,6 +316,10 @@ class Daemon:
         if tensorboard is not None and tensorboard.rotations_total:
             refused["tensorboard_bytes"] = tensorboard.rotations_total
         return refused
+
+    def _note_oom(self, pid: int, event: OomEvent) -> None:
+        self.findings.note_oom(pid, event)
+        self.ended_jobs.note_oom(pid, event)
 
     def _live_jobs(self, now: float) -> dict[int, JobState]:
         return {
