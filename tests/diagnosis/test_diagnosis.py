@@ -11,16 +11,15 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pathology_jobs as scripts
 import pytest
+from job_suite import JobSuite, job_suite
 
-from xmon.client import DaemonClient
-from xmon.model import Finding, Job
+from xmon.model import Job
 
-from procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
+from procs import REPO, base_env, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -35,52 +34,14 @@ JOBS = {
 FINDING_SECONDS = 90  # from the start of all jobs (the 60 s, plus jax start-up here)
 
 
-@dataclass
-class Suite:
-    daemon: Daemon
-    procs: dict[str, Proc]
-
-    def job(self, name: str) -> Job | None:
-        with DaemonClient(self.daemon.socket_path) as client:
-            snapshot = client.get_snapshot()
-        return next((j for j in snapshot.jobs if j.job_name == name), None)
-
-    def finding(self, name: str, kind: str) -> tuple[Job, Finding]:
-        def found() -> tuple[Job, Finding] | None:
-            if not self.procs[name].alive():
-                raise AssertionError(f"job {name} exited:\n{self.procs[name].log()}")
-            job = self.job(name)
-            hit = [f for f in job.findings if f.kind == kind] if job is not None else []
-            return (job, hit[0]) if job is not None and hit else None
-
-        return wait_for(found, FINDING_SECONDS, f"a {kind} finding for job {name}", interval=1.0)
-
-    def doctor(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = base_env(XMON_SOCKET=str(self.daemon.socket_path))
-        return subprocess.run([sys.executable, "-m", "xmon", "doctor", *args],
-                              capture_output=True, text=True, env=env, cwd=REPO,
-                              timeout=60)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobSuite]:
     root = tmp_path_factory.mktemp("diagnosis")
-    daemon = start_daemon(root / "daemon")
-    procs: dict[str, Proc] = {}
-    try:
-        for name, script in JOBS.items():
-            procs[name] = start_job(root, daemon.socket_path, script, name,
-                                    JOB_STOP=str(root / f"{name}.stop"),
-                                    XMON_LEDGER_INTERVAL="3")  # fmt: skip
-        yield Suite(daemon, procs)
-    finally:
-        for name, proc in procs.items():
-            (root / f"{name}.stop").touch()
-            proc.stop()
-        daemon.stop()
+    with job_suite(root, JOBS, FINDING_SECONDS, XMON_LEDGER_INTERVAL="3") as jobs:
+        yield jobs
 
 
-def test_a_growing_shape_is_a_recompile_storm_of_that_function(suite: Suite) -> None:
+def test_a_growing_shape_is_a_recompile_storm_of_that_function(suite: JobSuite) -> None:
     _, finding = suite.finding("storm", "recompile")
     assert finding.subject == "jit_train_step" and finding.severity in ("warning", "error")
     assert "shape changes between calls" in finding.summary
@@ -95,7 +56,7 @@ def test_a_growing_shape_is_a_recompile_storm_of_that_function(suite: Suite) -> 
     assert (found := series.search(suite.daemon.scrape())) and float(found[1]) >= 1
 
 
-def test_a_partial_rebuilt_every_step_names_the_function_object(suite: Suite) -> None:
+def test_a_partial_rebuilt_every_step_names_the_function_object(suite: JobSuite) -> None:
     job, finding = suite.finding("partial", "recompile")
     assert finding.subject == "jit_scaled_loss"
     assert "function changes between calls" in finding.summary
@@ -103,7 +64,7 @@ def test_a_partial_rebuilt_every_step_names_the_function_object(suite: Suite) ->
     assert job.compile.steady_recompiles_total >= 3
 
 
-def test_a_stall_in_a_lock_shows_the_main_thread_waiting(suite: Suite) -> None:
+def test_a_stall_in_a_lock_shows_the_main_thread_waiting(suite: JobSuite) -> None:
     job, finding = suite.finding("stall", "stall")
     assert finding.severity == "warning" and (finding.value or 0) > 20
     assert "wait_for_the_loader" in finding.detail, finding.detail
@@ -117,14 +78,14 @@ def test_a_stall_in_a_lock_shows_the_main_thread_waiting(suite: Suite) -> None:
     assert doctor.returncode == 1 and '"kind": "stall"' in doctor.stdout
 
 
-def test_a_stall_inside_a_computation_names_the_program(suite: Suite) -> None:
+def test_a_stall_inside_a_computation_names_the_program(suite: JobSuite) -> None:
     _, finding = suite.finding("callback", "stall")
     assert "read_batch" in finding.detail, finding.detail  # the blocked host callback
     last = dict(finding.evidence)["last program dispatched"]
     assert last == "jit_train_step (the stepping thread is inside this call now, from its stack)"
 
 
-def test_a_host_bound_loop_is_found_by_its_busy_ratio(suite: Suite) -> None:
+def test_a_host_bound_loop_is_found_by_its_busy_ratio(suite: JobSuite) -> None:
     job, finding = suite.finding("hostbound", "host_bound")
     assert finding.severity in ("warning", "error")
     assert "waits for the host" in finding.summary
@@ -132,7 +93,7 @@ def test_a_host_bound_loop_is_found_by_its_busy_ratio(suite: Suite) -> None:
     assert job.devices and max(d.busy_ratio or 0.0 for d in job.devices) < 0.5
 
 
-def test_a_healthy_job_with_eager_init_has_no_warning(suite: Suite) -> None:
+def test_a_healthy_job_with_eager_init_has_no_warning(suite: JobSuite) -> None:
     def judged() -> Job | None:
         job = suite.job("healthy")
         ready = job is not None and job.steps.steps_total >= 30 and job.ledger.samples >= 2

@@ -8,22 +8,19 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import memory_jobs as scripts
 import pytest
 from google.protobuf import empty_pb2
 from google.protobuf.unknown_fields import UnknownFieldSet
+from job_suite import JobSuite, job_suite
 
 from xmon.client import DaemonClient
-from xmon.model import Finding, Job
+from xmon.model import Finding
 
-from procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
+from procs import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -31,61 +28,19 @@ FINDING_SECONDS = 60  # from the start of all jobs, jax start-up included
 MIB = 1 << 20
 
 
-@dataclass
-class Suite:
-    root: Path
-    daemon: Daemon
-    procs: dict[str, Proc]
-    started: float  # monotonic, when the jobs were started
-
-    def job(self, name: str) -> Job | None:
-        with DaemonClient(self.daemon.socket_path) as client:
-            snapshot = client.get_snapshot()
-        return next((j for j in snapshot.jobs if j.job_name == name), None)
-
-    def finding(self, name: str, kind: str) -> tuple[Job, Finding]:
-        def found() -> tuple[Job, Finding] | None:
-            if not self.procs[name].alive():
-                raise AssertionError(f"job {name} exited:\n{self.procs[name].log()}")
-            job = self.job(name)
-            hit = [f for f in job.findings if f.kind == kind] if job is not None else []
-            return (job, hit[0]) if job is not None and hit else None
-
-        left = self.started + FINDING_SECONDS - time.monotonic()
-        return wait_for(found, left, f"a {kind} finding for job {name}", interval=1.0)
-
-    def doctor(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = base_env(XMON_SOCKET=str(self.daemon.socket_path))
-        return subprocess.run([sys.executable, "-m", "xmon", "doctor", *args],
-                              capture_output=True, text=True, env=env, cwd=REPO,
-                              timeout=60)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobSuite]:
     root = tmp_path_factory.mktemp("memory")
-    daemon = start_daemon(root / "daemon")
     jobs = {"oom": scripts.OOM_CAUGHT, "oomdies": scripts.OOM_UNCAUGHT, "leak": scripts.LEAK}
-    procs: dict[str, Proc] = {}
-    started = time.monotonic()
-    try:
-        for name, script in jobs.items():
-            procs[name] = start_job(root, daemon.socket_path, script, name,
-                                    JOB_STOP=str(root / f"{name}.stop"),
-                                    JOB_TRUTH=str(root / f"{name}.truth"))  # fmt: skip
-        yield Suite(root, daemon, procs, started)
-    finally:
-        for name, proc in procs.items():
-            (root / f"{name}.stop").touch()
-            proc.stop()
-        daemon.stop()
+    with job_suite(root, jobs, FINDING_SECONDS) as running:
+        yield running
 
 
 def _evidence(finding: Finding) -> dict[str, str]:
     return dict(finding.evidence)
 
 
-def test_a_caught_out_of_memory_names_the_largest_array_and_the_program(suite: Suite) -> None:
+def test_a_caught_out_of_memory_names_the_largest_array_and_the_program(suite: JobSuite) -> None:
     job, finding = suite.finding("oom", "oom")
     assert finding.severity == "error" and finding.subject == "jit_expand"
     assert "out of memory in jit_expand: 16TiB could not be allocated" in finding.summary
@@ -112,7 +67,7 @@ def test_a_caught_out_of_memory_names_the_largest_array_and_the_program(suite: S
     assert re.search(r"largest live array 1 +float32\[2048,1024\] 8MiB", doctor.stdout)
 
 
-def test_an_uncaught_out_of_memory_is_reported_before_the_job_dies(suite: Suite) -> None:
+def test_an_uncaught_out_of_memory_is_reported_before_the_job_dies(suite: JobSuite) -> None:
     proc = suite.procs["oomdies"]
     status = proc.popen.wait(FINDING_SECONDS)
     log = proc.log()
@@ -158,7 +113,7 @@ def _check_files(files: list[Path], pid: int) -> dict[str, object]:
     return report
 
 
-def test_a_leak_is_fitted_at_the_job_s_own_bytes_per_step(suite: Suite) -> None:
+def test_a_leak_is_fitted_at_the_job_s_own_bytes_per_step(suite: JobSuite) -> None:
     job, finding = suite.finding("leak", "memory_leak")
     truth = json.loads((suite.root / "leak.truth").read_text())
     assert truth["bytes_per_step"] == scripts.LEAK_BYTES
