@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 
 from prometheus_client.core import Metric
-from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 import xmon
@@ -31,7 +30,9 @@ from xmon.model import Snapshot
 
 from .prometheus_families import DEFAULT_PROGRAM_LIMIT, bootstrap_families, snapshot_families
 from .prometheus_http import HttpServer, Response, listen_socket
+from .prometheus_programs import ProgramSeriesCache
 from .prometheus_render import BackgroundRenderer, Rendered, ScrapeRhythm
+from .prometheus_text import exposition
 from .self_metrics import SelfMetrics
 
 __all__ = [
@@ -62,10 +63,14 @@ class SnapshotCollector(Collector):
     """A prometheus_client collector that yields the families of the latest snapshot."""
 
     def __init__(
-        self, program_limit: int = DEFAULT_PROGRAM_LIMIT, snapshot: Snapshot | None = None
+        self,
+        program_limit: int = DEFAULT_PROGRAM_LIMIT,
+        snapshot: Snapshot | None = None,
+        programs: ProgramSeriesCache | None = None,
     ) -> None:
         self.program_limit = program_limit
         self._snapshot = snapshot
+        self._programs = programs
 
     def set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
@@ -74,7 +79,7 @@ class SnapshotCollector(Collector):
         snapshot = self._snapshot
         if snapshot is None:
             return bootstrap_families(xmon.__version__)
-        return snapshot_families(snapshot, self.program_limit)
+        return snapshot_families(snapshot, self.program_limit, self._programs)
 
     def describe(self) -> list[Metric]:  # type: ignore[override]
         return []  # registering must not collect
@@ -95,6 +100,7 @@ class MetricsEndpoint:
         # For embedding (e.g. prometheus_client.write_to_textfile(path, endpoint.registry)).
         # Private, so no python_*/GC metrics; the daemon's process_* come with every scrape.
         self.collector = SnapshotCollector(program_limit)
+        self._program_series = ProgramSeriesCache()  # shared by the renders of every snapshot
         self.self_metrics = SelfMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -113,9 +119,9 @@ class MetricsEndpoint:
     def _new_rendered(self, snapshot: Snapshot | None, fresh: bool = True) -> Rendered:
         # Each snapshot gets its own collector, so a render in flight for an older one can
         # never mix two snapshots.
-        collector = SnapshotCollector(self.program_limit, snapshot)
+        collector = SnapshotCollector(self.program_limit, snapshot, self._program_series)
         own = self.self_metrics
-        return Rendered(lambda: generate_latest(collector) + own.render(), fresh)
+        return Rendered(lambda: exposition(collector) + own.render(), fresh)
 
     def update(self, snapshot: Snapshot, fresh: bool = True) -> None:
         """Publish ``snapshot``. Rendered now in the background if a scrape is due before the
@@ -127,6 +133,7 @@ class MetricsEndpoint:
             self._period = max(0.01, now - self._last_update)
         self._last_update = now
         self.collector.set_snapshot(snapshot)
+        self._program_series.keep(snapshot.jobs)
         with self._changed:
             if self._rendered.ready and self._rendered.fresh:
                 self._previous = self._rendered

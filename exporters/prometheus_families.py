@@ -28,7 +28,7 @@ from .prometheus_findings import add_finding_series, add_host_finding_series
 from .prometheus_fleet import add_fleet_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
-from .prometheus_programs import add_program_series
+from .prometheus_programs import ProgramSeriesCache, add_program_series
 from .prometheus_tpu import add_runtime_series, add_tpu_series
 
 Number = int | float
@@ -138,9 +138,12 @@ def bootstrap_families(version: str) -> list[Metric]:
 
 
 def snapshot_families(
-    snapshot: Snapshot, program_limit: int = DEFAULT_PROGRAM_LIMIT
+    snapshot: Snapshot,
+    program_limit: int = DEFAULT_PROGRAM_LIMIT,
+    programs: ProgramSeriesCache | None = None,
 ) -> list[Metric]:
-    """All metric families of one snapshot, each named and described by xmon.metrics."""
+    """All metric families of one snapshot, each named and described by xmon.metrics;
+    ``programs`` keeps each job's program series from one render to the next."""
     b = self_families(snapshot.daemon.version, snapshot.schema_version, up=True)
     _daemon(b, snapshot)
     _host(b, snapshot)
@@ -151,7 +154,7 @@ def snapshot_families(
         _device(b, device, job_names)
     add_runtime_series(b, snapshot.runtime_services)
     for job in snapshot.jobs:
-        _job(b, job, program_limit)
+        _job(b, job, program_limit, programs)
     add_profiling_series(b, snapshot)
     return b.families()
 
@@ -227,7 +230,9 @@ _MEMORY: tuple[tuple[str, Callable[[DeviceMemory], Number | None]], ...] = (
 )
 
 
-def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
+def _job(
+    b: FamilyBuilder, job: Job, program_limit: int, programs: ProgramSeriesCache | None
+) -> None:
     key = (job.job_name, job.pid)
     b.info(
         "xmon_job_info",
@@ -238,7 +243,7 @@ def _job(b: FamilyBuilder, job: Job, program_limit: int) -> None:
     b.add("xmon_job_pid_verified", key, 1.0 if job.pid_verified else 0.0)
     _job_devices(b, job, key)
     _job_compile(b, job, key)
-    add_program_series(b, job, key, program_limit)
+    add_program_series(b, job, key, program_limit, programs)
     add_step_series(b, job, key)
     _job_process_and_agent(b, job, key)
     add_ledger_series(b, job, key)

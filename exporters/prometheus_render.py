@@ -75,6 +75,9 @@ class Rendered:
                 except Exception:
                     self.failed = True
                     raise
+                # The render holds its snapshot (thousands of programs, for a large job); a
+                # Rendered kept as the previous one must not keep that alive too.
+                self._render = _spent
             return self._text
 
     def gzipped(self) -> bytes:
@@ -84,6 +87,10 @@ class Rendered:
                 # Level 1: ~20x cheaper than the default 9 for a body ~2.5x larger.
                 self._gzip = gzip.compress(text, compresslevel=1)
             return self._gzip
+
+
+def _spent() -> bytes:
+    raise AssertionError("rendered once already")
 
 
 class BackgroundRenderer:

@@ -6,7 +6,7 @@ MFU, HFU, bandwidth utilisation, the step's breakdown and the job's fleet identi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from xmon import derived
 from xmon.daemon.jobs import JobState, clean_label, clean_text, device_memory
@@ -39,6 +39,8 @@ class JobBuilder:
     def __init__(self, peaks: PeakTable, clock: Callable[[], float] = time.monotonic) -> None:
         self._peaks = peaks
         self._clock = clock
+        # id(JobState) -> ((sorted programs, ledger rates, step rate), programs built from them)
+        self._built: dict[int, tuple[tuple[object, ...], tuple[Program, ...]]] = {}
 
     def build(self, state: JobState, process: ProcessSample | None) -> Job:
         hello, report = state.hello, state.report
@@ -46,7 +48,7 @@ class JobBuilder:
         ledger = state.ledger.rates()
         marked_rate = self._marked_rate(state) if counters.steps_total else None
         step_rate = marked_rate if counters.steps_total else ledger.steps_per_second
-        programs = tuple(rates.with_ledger(p, ledger, step_rate) for p in state.sorted_programs())
+        programs = self._programs(state, ledger, step_rate)
         devices, busy, collective = self._devices(state, ledger)
         work = rates.executed_work(programs)
         steps = self._steps(state, counters, programs, step_rate, work, report)
@@ -73,6 +75,29 @@ class JobBuilder:
             agent=_agent_health(report),
             ledger=_ledger_stats(state.ledger, ledger, programs),
         )
+
+    def _programs(
+        self, state: JobState, ledger: LedgerRates, step_rate: float | None
+    ) -> tuple[Program, ...]:
+        """The job's programs with their executions in the ledger; the same objects as last
+        time while neither the programs, the ledger's rates nor the step rate changed, so that
+        views and exporters can reuse what they made of them."""
+        ordered = state.sorted_programs()
+        if ledger.samples == 0:  # with_ledger leaves every program as it is
+            return ordered
+        key = (ordered, ledger, step_rate)
+        last = self._built.get(id(state))
+        if last is not None and all(a is b or a == b for a, b in zip(last[0], key, strict=True)):
+            return last[1]
+        programs = tuple(rates.with_ledger(p, ledger, step_rate) for p in ordered)
+        self._built[id(state)] = (key, programs)
+        return programs
+
+    def forget(self, live: Iterable[JobState]) -> None:
+        """Drop what was kept for jobs that are gone."""
+        ids = {id(state) for state in live}
+        for gone in [i for i in self._built if i not in ids]:
+            del self._built[gone]
 
     def _marked_rate(self, state: JobState) -> float | None:
         """Steps/s over the latest marked steps; 0 once the job has stopped stepping."""

@@ -11,6 +11,7 @@ no-ops.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 from typing import Any
 
@@ -47,3 +48,14 @@ def limit_arenas(arenas: int = ARENAS) -> bool:
 def trim() -> bool:
     """Return free heap pages to the system. True when some were released."""
     return _LIBC is not None and bool(_LIBC.malloc_trim(0))
+
+
+def release(collect: bool) -> bool:
+    """Hand memory back after a flood subsides. ``collect`` (streams have closed since the last
+    call): a closed gRPC stream leaves its job's state in reference cycles (the cancelled call's
+    exception, its traceback and frames), which only a full collection frees; without one a
+    job of thousands of programs stays resident until the collector happens to run. A full
+    collection costs milliseconds, so it runs only when streams went away."""
+    if collect:
+        gc.collect()
+    return trim()

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gzip
 import itertools
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,7 +25,8 @@ from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
 from xmon.daemon.peers import PidCheck, Verdict
 from xmon.daemon.sanitize import scrub
-from xmon.model import Job, Snapshot, snapshot_to_dict
+from xmon.daemon.snapshot_encoding import SnapshotEncoder
+from xmon.model import Job, Snapshot
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 if TYPE_CHECKING:
@@ -39,9 +38,6 @@ SUPPORTED_PROTOCOLS = frozenset({1})
 HELLO_TIMEOUT_SECONDS = 10.0
 FRESH_TIMEOUT_FACTOR = 3  # periods a GetSnapshot(fresh=True) waits, plus 5 s of collectors
 SUBSCRIBER_BUFFER = 2
-# Snapshots for views are gzip-compressed from this size on (JSON shrinks about tenfold), so a
-# large one still fits in a message; smaller ones cost no compression.
-GZIP_FROM_BYTES = 256 * 1024
 
 
 @dataclass
@@ -65,10 +61,12 @@ class Hub:
     budget: StateBudget = field(default_factory=StateBudget)
     pid_claims: PidClaims = field(default_factory=PidClaims)  # verify_pids
     streams: int = 0  # open streams of both services
+    streams_closed: int = 0  # streams of both services that have ended
     jobs: dict[int, JobState] = field(default_factory=dict)
     counters: IngestCounters = field(default_factory=IngestCounters)
     snapshot: Snapshot | None = None
     _message: xmon_pb2.SnapshotMessage | None = None  # snapshot's encoding, made on demand
+    encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder)  # one for every view
     subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
     links: dict[int, AgentLink] = field(default_factory=dict)  # stream id -> command channel
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -107,6 +105,10 @@ class Hub:
         self.streams += 1
         return True
 
+    def close_stream(self) -> None:
+        self.streams -= 1
+        self.streams_closed += 1
+
     def begin_collect(self) -> int:
         """Number the snapshot whose collection starts now (see ``publish``)."""
         self.collects_started += 1
@@ -118,6 +120,7 @@ class Hub:
         ``begin_collect``) answers the fresh-snapshot requests made before it began."""
         self.snapshot, self._message = snapshot, None
         if not self.subscribers and not (collect is not None and self.fresh_waiters):
+            self.encoder.forget()  # no view reads: keep no encoded programs either
             return
         message = self.latest()
         assert message is not None  # a snapshot was just set
@@ -138,28 +141,25 @@ class Hub:
 
     def latest(self) -> xmon_pb2.SnapshotMessage | None:
         if self._message is None and self.snapshot is not None:
-            self._message, left_out = fitting_snapshot(self.snapshot, self.max_message_bytes)
+            self._message, left_out = fitting_snapshot(
+                self.snapshot, self.max_message_bytes, self.encoder
+            )
             self.budget.refuse("snapshot_programs", left_out)
         return self._message
 
 
-def encode_snapshot(snapshot: Snapshot) -> xmon_pb2.SnapshotMessage:
-    """The snapshot as JSON, gzip-compressed when large (``xmon.client.decode`` reads both)."""
-    payload = json.dumps(snapshot_to_dict(snapshot), separators=(",", ":")).encode()
-    if len(payload) >= GZIP_FROM_BYTES:
-        payload = gzip.compress(payload, compresslevel=1)
-    return xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
-
-
-def fitting_snapshot(snapshot: Snapshot, max_bytes: int) -> tuple[xmon_pb2.SnapshotMessage, int]:
+def fitting_snapshot(
+    snapshot: Snapshot, max_bytes: int, encoder: SnapshotEncoder | None = None
+) -> tuple[xmon_pb2.SnapshotMessage, int]:
     """The encoded snapshot, with fewer programs per job until it fits in ``max_bytes`` (a
     view could not receive it otherwise); also how many programs were left out."""
-    message = encode_snapshot(snapshot)
+    encoder = encoder or SnapshotEncoder()
+    message = encoder.encode(snapshot)
     keep = max((len(job.programs) for job in snapshot.jobs), default=0)
     while message.ByteSize() > max_bytes and keep > 0:
         keep //= 2
         jobs = tuple(_with_programs(job, keep) for job in snapshot.jobs)
-        message = encode_snapshot(dataclasses.replace(snapshot, jobs=jobs))
+        message = encoder.encode(dataclasses.replace(snapshot, jobs=jobs), remember=False)
     return message, sum(max(0, len(job.programs) - keep) for job in snapshot.jobs)
 
 
@@ -185,7 +185,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         try:
             await self._serve_agent(context)
         finally:
-            self._hub.streams -= 1
+            self._hub.close_stream()
 
     async def _serve_agent(self, context: grpc.aio.ServicerContext) -> None:
         hello = await self._read_hello(context)
@@ -383,7 +383,7 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
                 return
             await self._stream_snapshots(context)
         finally:
-            hub.streams -= 1
+            hub.close_stream()
 
     async def _stream_snapshots(self, context: grpc.aio.ServicerContext) -> None:
         """Write each snapshot to the view; a view that takes none for

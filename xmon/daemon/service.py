@@ -257,11 +257,13 @@ class Daemon:
     async def _tick_forever(self) -> None:
         assert self._stop is not None
         next_tick = next_trim = time.monotonic()
+        closed = 0  # streams closed as of the last trim
         while not self._stop.is_set():
             await self._between_snapshots()
             await self.tick()
-            if time.monotonic() >= next_trim:  # tens of microseconds
-                memory.trim()
+            if time.monotonic() >= next_trim:  # tens of microseconds (ms after streams closed)
+                memory.release(collect=self.hub.streams_closed != closed)
+                closed = self.hub.streams_closed
                 next_trim = time.monotonic() + memory.TRIM_EVERY_SECONDS
             next_tick += self.config.period_seconds
             delay = next_tick - time.monotonic()
@@ -359,6 +361,7 @@ class Daemon:
             self.builder.build(state, output.processes.get(state.pid))
             for state in sorted(still_live, key=lambda s: (s.job_name, s.pid))
         )
+        self.builder.forget(connected.values())
         jobs = self.profiling.annotate(jobs)
         reports = {state.pid: state.report for state in still_live}
         jobs = self.findings.annotate(jobs, reports, output.host)

@@ -1,0 +1,157 @@
+"""What the daemon reuses from one period to the next for a job's programs: their encoding for
+views, their series for /metrics, and the programs the builder makes from the ledger. Each
+must change the moment a program does (the ledger gives a program new executions every tick).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import gzip
+import json
+import time
+import weakref
+
+from prometheus_client.exposition import generate_latest
+from test_prometheus_exporter import snapshot, train_job
+
+from xmon.client import decode
+from xmon.daemon.job_builder import JobBuilder
+from xmon.daemon.jobs import JobState
+from xmon.daemon.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
+from xmon.execution.ledger import SampleReading
+from xmon.exporters.prometheus import MetricsEndpoint, SnapshotCollector
+from xmon.exporters.prometheus_programs import ProgramSeriesCache
+from xmon.model import Job, snapshot_to_dict
+from xmon.peaks import PeakTable
+from xmon.proto import xmon_pb2
+
+
+def _with_rate(job: Job, index: int, rate: float) -> Job:
+    """The job with its program ``index`` given a new executions rate (a new object, as the
+    ledger makes one)."""
+    programs = list(job.programs)
+    programs[index] = dataclasses.replace(programs[index], executions_per_second=rate)
+    return dataclasses.replace(job, programs=tuple(programs))
+
+
+def _plain(message: xmon_pb2.SnapshotMessage) -> object:
+    payload = message.json
+    return json.loads(gzip.decompress(payload) if payload[:2] == b"\x1f\x8b" else payload)
+
+
+def test_an_encoded_snapshot_reads_back_whole_small_or_compressed() -> None:
+    encoder = SnapshotEncoder()
+    small = snapshot((train_job(n_programs=3),))
+    message = encoder.encode(small)
+    assert message.json[:1] == b"{" and decode(message) == small
+    large = snapshot(tuple(dataclasses.replace(train_job(n_programs=600), pid=i) for i in range(3)))
+    message = encoder.encode(large)
+    assert len(gzip.decompress(message.json)) >= GZIP_FROM_BYTES  # several gzip members
+    assert decode(message) == large and _plain(message) == snapshot_to_dict(large)
+
+
+def test_programs_are_encoded_once_and_again_when_one_changes() -> None:
+    encoder = SnapshotEncoder()
+    jobs = tuple(dataclasses.replace(train_job(n_programs=600), pid=i) for i in range(2))
+    encoder.encode(snapshot(jobs))
+    assert encoder.programs_encoded == 1200
+    encoder.encode(snapshot(jobs, seq=2))
+    assert encoder.programs_encoded == 1200  # the same program objects: nothing re-encoded
+    changed = (_with_rate(jobs[0], 5, 123.0), jobs[1])
+    message = encoder.encode(snapshot(changed, seq=3))
+    assert encoder.programs_encoded == 1800  # only the job whose program changed
+    assert decode(message).jobs[0].programs[5].executions_per_second == 123.0
+    assert decode(message) == snapshot(changed, seq=3)
+
+
+def test_the_encoder_keeps_only_the_jobs_of_the_latest_snapshot() -> None:
+    encoder = SnapshotEncoder()
+    job = train_job(n_programs=50)
+    gone = weakref.ref(job.programs[0])
+    encoder.encode(snapshot((job,)))
+    del job
+    encoder.encode(snapshot(()))
+    gc.collect()
+    assert gone() is None
+
+
+def test_the_builder_reuses_programs_until_the_ledger_changes() -> None:
+    state = JobState(
+        hello=xmon_pb2.AgentHello(protocol_version=1, job_name="j", pid=7), connected_at=0.0
+    )
+    infos = [
+        xmon_pb2.ProgramInfo(fingerprint=f"{i:064x}", name=f"p{i}", compiled_at=i + 1.0,
+                             program_ids=[100 + i])
+        for i in range(4)
+    ]  # fmt: skip
+    state.apply(xmon_pb2.AgentReport(programs=infos), time.time(), time.monotonic())
+    builder = JobBuilder(PeakTable())
+    first = builder.build(state, None).programs
+    assert first is state.sorted_programs()  # no ledger sample: the programs as reported
+    state.ledger.add(_sample(executions=10))
+    counted = builder.build(state, None).programs
+    assert [p.executions for p in counted] == [10, 0, 0, 0]
+    assert builder.build(state, None).programs is counted  # nothing changed: the same objects
+    state.ledger.add(_sample(executions=30))
+    again = builder.build(state, None).programs
+    assert again is not counted and again[0].executions == 40
+
+
+def _sample(executions: int) -> SampleReading:
+    return SampleReading(
+        started_at=time.time(), duration_seconds=1.0, core_seconds=1.0,
+        executions={100: executions}, dominant=100, steps_marked=False, steps_in_core=None,
+        device_busy_seconds={0: 0.5}, program_device_seconds={100: 0.5},
+        program_device_runs={100: executions},
+    )  # fmt: skip
+
+
+def test_program_series_follow_a_changed_program_and_forget_gone_jobs() -> None:
+    cache = ProgramSeriesCache()
+    job = train_job(n_programs=300)
+
+    def text(j: Job, seq: int) -> bytes:
+        return generate_latest(SnapshotCollector(5, snapshot((j,), seq=seq), cache))
+
+    assert text(job, 1) == generate_latest(SnapshotCollector(5, snapshot((job,), seq=1)))
+    assert text(job, 1) == text(job, 1)
+    flops = [p.flops or 0 for p in job.programs]
+    heaviest = flops.index(max(flops))
+    changed = _with_rate(job, heaviest, 4321.0)
+    assert b"4321.0" in text(changed, 2)
+    assert text(changed, 2) == generate_latest(SnapshotCollector(5, snapshot((changed,), seq=2)))
+    gone = weakref.ref(changed.programs[0])
+    cache.keep(())
+    del job, changed
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_rendered_snapshot_is_not_kept_alive_by_its_render() -> None:
+    endpoint = MetricsEndpoint()
+    job = train_job(n_programs=20)
+    gone = weakref.ref(job.programs[0])
+    endpoint.update(snapshot((job,)))
+    assert b"xmon_job_programs" in endpoint.body()
+    endpoint.update(snapshot((), seq=2))
+    endpoint.body()
+    del job
+    gc.collect()
+    assert gone() is None  # nor by the previous render, kept for scrapes that come early
+
+
+def test_the_exposition_is_prometheus_clients_byte_for_byte() -> None:
+    from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+
+    from xmon.exporters.prometheus_text import exposition
+
+    odd = dataclasses.replace(train_job(n_programs=40), job_name='we"ird\\na\nme')
+    for snap in (snapshot(), snapshot((odd,)), snapshot(())):
+        collector = SnapshotCollector(5, snap)
+        assert exposition(collector) == generate_latest(collector)
+    registry = CollectorRegistry()  # the kinds xmon does not use today, escapes in help text
+    Counter("c", 'help \\ with\nnewline "quoted"', ["l"], registry=registry).labels("v").inc()
+    Histogram("h", "h", registry=registry).observe(1.0)
+    Info("i", "i", registry=registry).info({"a": "b"})
+    assert exposition(registry) == generate_latest(registry)
