@@ -17,7 +17,7 @@ import functools
 import inspect
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -75,6 +75,12 @@ def calls_jax(frame: FrameType) -> bool:
         return False
     if not loads:
         return True  # the callable came from an expression we cannot name
+    return any(v is _UNKNOWN or is_jitted(v) for v in _resolved(frame, loads))
+
+
+def _resolved(frame: FrameType, loads: Iterable[tuple[str, str]]) -> Iterator[Any]:
+    """Each value a call site loads on the way to its callee (a name, then its attributes,
+    read without running descriptors); ``_UNKNOWN`` from where one cannot be found."""
     current: Any = _UNKNOWN
     for kind, name in loads:
         if kind == "name":
@@ -84,9 +90,7 @@ def calls_jax(frame: FrameType) -> bool:
                 current = inspect.getattr_static(current, name)
             except AttributeError:
                 current = _UNKNOWN
-        if current is _UNKNOWN or is_jitted(current):
-            return True
-    return False
+        yield current
 
 
 def _frames(skip: Iterable[int]) -> dict[int, FrameType]:
@@ -117,18 +121,8 @@ MAX_CALLER_FRAMES = 64  # frames walked out from the innermost, looking for a ji
 def jitted_callee(frame: FrameType) -> Any | None:
     """The jitted function the frame is stopped calling, if its call site names one."""
     loads = call_site(frame.f_code, frame.f_lasti)
-    current: Any = _UNKNOWN
-    for kind, name in loads or ():
-        if kind == "name":
-            current = _lookup(frame, name)
-        elif current is not _UNKNOWN:
-            try:
-                current = inspect.getattr_static(current, name)
-            except AttributeError:
-                current = _UNKNOWN
-        if current is not _UNKNOWN and is_jitted(current):
-            return current
-    return None
+    return next((v for v in _resolved(frame, loads or ()) if v is not _UNKNOWN and is_jitted(v)),
+                None)  # fmt: skip
 
 
 def jitted_call(thread: int | None) -> str:
