@@ -4,9 +4,8 @@ writes it (byte for byte, its default name escaping) in about half the time.
 ``generate_latest`` checks and escapes every label name of every sample anew (a regular
 expression each); a job's 1,024 devices make ~20,000 such checks a render, most of a render's
 cost. The names come from a short fixed list (xmon.metrics), so each is escaped once here, and
-a series' labels, which recur in each family of a device or job and from one render to the
-next, are written once while they recur (a bounded cache). Values are written exactly as
-prometheus_client writes them.
+a series' labels, which recur in each family of a device or job, are written once a render.
+Values are written exactly as prometheus_client writes them.
 """
 
 from __future__ import annotations
@@ -38,14 +37,16 @@ def _value(v: str) -> str:
     return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-@functools.lru_cache(maxsize=8192)  # a device's labels recur in each of its families
 def _labels(items: tuple[tuple[str, str], ...]) -> str:
     pairs = ",".join(f'{_label_name(k)}="{_value(v)}"' for k, v in sorted(items))
     return f"{{{pairs}}}"
 
 
-def _sample_line(s: Sample) -> str:
-    labels = _labels(tuple(s.labels.items())) if s.labels else ""
+def _sample_line(s: Sample, seen: dict[tuple[tuple[str, str], ...], str]) -> str:
+    labels = ""
+    if s.labels:
+        items = tuple(s.labels.items())
+        labels = seen.get(items) or seen.setdefault(items, _labels(items))
     timestamp = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
     return f"{_metric_name(s.name)}{labels} {floatToGoString(s.value)}{timestamp}\n"
 
@@ -58,6 +59,9 @@ def _help(name: str, documentation: str) -> str:
 def exposition(collector: Collector) -> bytes:
     """What ``generate_latest(collector)`` returns."""
     output: list[str] = []
+    # A series' labels recur in each family of its device or job: written once a render. Not
+    # kept across renders, so that nothing a flood of series brought outlives it.
+    seen: dict[tuple[tuple[str, str], ...], str] = {}
     for metric in collector.collect():
         name = metric.name + _NAME_SUFFIX.get(metric.type, "")
         output.append(_help(name, metric.documentation))
@@ -66,9 +70,9 @@ def exposition(collector: Collector) -> bytes:
         for s in metric.samples:
             suffix = next((x for x in _OM_SUFFIXES if s.name == metric.name + x), None)
             if suffix is None:
-                output.append(_sample_line(s))
+                output.append(_sample_line(s, seen))
             else:
-                late.setdefault(suffix, []).append(_sample_line(s))
+                late.setdefault(suffix, []).append(_sample_line(s, seen))
         for suffix, lines in sorted(late.items()):
             output.append(_help(metric.name + suffix, metric.documentation))
             output.append(f"# TYPE {_metric_name(metric.name + suffix)} gauge\n")
