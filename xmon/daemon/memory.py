@@ -52,10 +52,10 @@ def trim() -> bool:
 
 def release(collect: bool) -> bool:
     """Hand memory back after a flood subsides. ``collect`` (streams have closed since the last
-    call): a closed gRPC stream leaves its job's state in reference cycles (the cancelled call's
-    exception, its traceback and frames), which only a full collection frees; without one a
-    job of thousands of programs stays resident until the collector happens to run. A full
-    collection costs milliseconds, so it runs only when streams went away."""
+    call): objects of closed streams that sit in reference cycles (a cancelled call's exception
+    holds its traceback and frames) wait for a full collection, which the interpreter starts
+    only after many new allocations; one runs here first (milliseconds), so that their pages
+    are free when ``malloc_trim`` runs."""
     if collect:
         gc.collect()
     return trim()
