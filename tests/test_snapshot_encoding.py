@@ -1,6 +1,7 @@
 """What the daemon reuses from one period to the next for a job's programs: their encoding for
 views, their series for /metrics, and the programs the builder makes from the ledger. Each
-must change the moment a program does (the ledger gives a program new executions every tick).
+must change the moment a program does (the ledger gives a program new executions every tick),
+and none may keep a job that has gone, nor may the exposition differ from prometheus_client's.
 """
 
 from __future__ import annotations
@@ -155,3 +156,24 @@ def test_the_exposition_is_prometheus_clients_byte_for_byte() -> None:
     Histogram("h", "h", registry=registry).observe(1.0)
     Info("i", "i", registry=registry).info({"a": "b"})
     assert exposition(registry) == generate_latest(registry)
+
+
+class _Cycle:
+    me: object = None
+
+
+def test_release_after_streams_closed_frees_what_sits_in_cycles() -> None:
+    from xmon.daemon import memory
+
+    gc.disable()  # as when the interpreter has not yet started a full collection by itself
+    try:
+        held = _Cycle()
+        held.me = held
+        gone = weakref.ref(held)
+        del held
+        memory.release(collect=False)
+        assert gone() is not None
+        memory.release(collect=True)
+        assert gone() is None
+    finally:
+        gc.enable()
