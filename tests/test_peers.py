@@ -148,7 +148,7 @@ def test_a_pid_with_no_process_here_cannot_be_decided(listener: Listener) -> Non
     gone.wait()
     check = listener.verifier().check(gone.pid)
     assert check.verdict is Verdict.UNKNOWN
-    assert check.reason == f"no process {gone.pid} on this host (another pid namespace?)"
+    assert check.reason == f"no process {gone.pid} on this host or in a pid namespace below it"
 
 
 def _no_netlink() -> socket.socket:

@@ -80,7 +80,8 @@ _JOB_METRICS = (
        JOB, "seconds", "Job.started_at"),
     _g("xmon_job_pid_verified", "1 if the daemon verified that process pid holds the agent's "
        "connection to its socket (sock_diag and /proc/<pid>/fd); 0 where it did not or could not "
-       "check (verify_pids off, another pid namespace, no netlink, a daemon that is not root).",
+       "check (verify_pids off, a client in another network namespace, no netlink, a daemon that "
+       "is not root).",
        JOB, "", "Job.pid_verified"),
     _i("xmon_job_device_info", "A PJRT device as the job sees it (always 1); jax.Device facts. "
        "device is jax.Device.id; local_hardware_id usually equals xmon_device_info's device.",

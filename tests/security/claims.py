@@ -49,10 +49,12 @@ class Claimant:
     """A process that claims ``pids`` on the daemon's socket and holds its last stream."""
 
     def __init__(self, socket_path: Path, name: str, *pids: str, user: int | None = None,
-                 group: int | None = None) -> None:  # fmt: skip
+                 group: int | None = None, prefix: tuple[str, ...] = ()) -> None:  # fmt: skip
+        """``prefix``: a command to run the claimant under (e.g. ``unshare`` into a new pid
+        namespace, as a container would)."""
         become = f"{user}:{group if group is not None else user}" if user is not None else ""
         self.popen = subprocess.Popen(
-            [sys.executable, "-c", CLAIMS, become, str(socket_path), name, *pids],
+            [*prefix, sys.executable, "-c", CLAIMS, become, str(socket_path), name, *pids],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             cwd=REPO, env=base_env(),
         )  # fmt: skip

@@ -103,6 +103,52 @@ def test_a_claim_of_a_live_process_without_a_connection_is_refused(
     assert log.count("agent refused") == 3 and "Traceback" not in log
 
 
+NEW_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--mount-proc")
+
+
+def _namespaces_can_be_made() -> bool:
+    try:
+        return subprocess.run([*NEW_PID_NAMESPACE, "true"], capture_output=True,
+                              timeout=10).returncode == 0  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _namespaces_can_be_made(), reason="cannot make a pid namespace here")
+def test_a_job_in_a_container_is_verified_by_its_pid_there(daemon: Daemon, sleeper: int) -> None:
+    """A process in its own pid namespace (a Kubernetes pod, a docker container) says its
+    pid as it sees it (1 here, the host's init): verified through the host pid that holds the
+    connection. A host pid it does not hold stays refused from inside a container too."""
+    contained = Claimant(daemon.socket_path, "contained", str(sleeper), "self",
+                         prefix=NEW_PID_NAMESPACE)  # fmt: skip
+    try:
+        assert contained.codes() == ["PERMISSION_DENIED", "OK"], contained.answers
+        inner = int(contained.answers[1][0])
+        assert inner == 1  # the first process of its namespace
+        wait_for(lambda: _verified(daemon, "contained", inner) == 1.0, 20, "the inner pid verified")
+    finally:
+        contained.close()
+    assert "verified" in daemon.log()
+
+
+@pytest.mark.skipif(not _namespaces_can_be_made(), reason="cannot make a pid namespace here")
+def test_a_pod_with_its_own_network_is_accepted_unverified_whatever_its_pid(
+    daemon: Daemon, sleeper: int
+) -> None:
+    """A client in its own network namespace too (a pod without host networking): the kernel
+    lists its connection in its namespace, so nothing proves or refutes its claim, even when
+    its pid number is a live host process without a connection (pids in a pod are small, and
+    the host has processes with those numbers)."""
+    pod = Claimant(daemon.socket_path, "pod", str(sleeper),
+                   prefix=(*NEW_PID_NAMESPACE[:2], "--net", *NEW_PID_NAMESPACE[2:]))  # fmt: skip
+    try:
+        assert pod.codes() == ["OK"], pod.answers
+        wait_for(lambda: _verified(daemon, "pod", sleeper) == 0.0, 20, "the pod marked unverified")
+    finally:
+        pod.close()
+    assert "a client in another network namespace (a container) is connected" in daemon.log()
+
+
 def test_pid_1_is_refused_or_marked_unverified(daemon: Daemon) -> None:
     """Init holds no connection: refused where the daemon can read its descriptors; where it
     cannot (a sandbox hides them even from root) the claim is undecided, accepted, marked 0."""

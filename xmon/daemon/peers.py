@@ -6,11 +6,13 @@ the daemon proves a claimed pid from the outside, the way ``ss -xp`` does: the k
 socket (they carry the name the socket was bound to) and, for each, the inode of the client's
 end; ``/proc/<pid>/fd`` shows which socket inodes a process holds (``socket:[INODE]``). A
 claim is verified when the claimed pid is a process (not a thread) holding one of those client
-ends, and refuted when it is a process of this host holding none.
+ends, or a process in a nested pid namespace (a container) that is that pid there and holds
+one, and refuted when it is a process of this host holding none and no such process exists.
 
 What cannot be decided is said so, never guessed: not Linux, netlink refused (a sandbox), a
 ``/proc/<pid>/fd`` the daemon may not read (a daemon not running as root), a pid with no
-process here (a job in another pid namespace), or a check past its time or size bounds.
+process here nor below (a job in a namespace the daemon cannot see), or a check past its time
+or size bounds.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 UDIAG_SHOW_NAME, UDIAG_SHOW_PEER = 0x1, 0x4
 UNIX_DIAG_NAME, UNIX_DIAG_PEER = 0, 2
-TCP_ESTABLISHED = 1
+ALL_STATES = 0xFFFFFFFF  # listening and unconnected sockets too: every socket's inode counts
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _UNIX_DIAG_REQ = struct.Struct("=BBHIIIII")  # family, protocol, pad, states, ino, show, cookie
@@ -66,6 +68,12 @@ def client_ends(listener_name: str, deadline: float) -> set[int]:
     """Inodes of the client ends of the connections accepted on the unix socket bound to
     ``listener_name`` (accepted sockets carry their listener's name); ``Undecided`` when the
     kernel cannot be asked."""
+    return unix_sockets(listener_name, deadline)[0]
+
+
+def unix_sockets(listener_name: str, deadline: float) -> tuple[set[int], set[int]]:
+    """The client ends of the connections accepted on ``listener_name``, and the inode of
+    every unix socket of this network namespace (any state)."""
     if sys.platform != "linux" or not hasattr(socket, "AF_NETLINK"):
         raise Undecided("peer checks need Linux's sock_diag")
     try:
@@ -90,7 +98,7 @@ def open_sock_diag() -> socket.socket:
 
 def _dump_request() -> bytes:
     body = _UNIX_DIAG_REQ.pack(
-        socket.AF_UNIX, 0, 0, 1 << TCP_ESTABLISHED, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_PEER, 0, 0
+        socket.AF_UNIX, 0, 0, ALL_STATES, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_PEER, 0, 0
     )
     header = _NLMSGHDR.pack(
         _NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0
@@ -98,8 +106,9 @@ def _dump_request() -> bytes:
     return header + body
 
 
-def _read_dump(sock: socket.socket, name: bytes, deadline: float) -> set[int]:
+def _read_dump(sock: socket.socket, name: bytes, deadline: float) -> tuple[set[int], set[int]]:
     peers: set[int] = set()
+    seen: set[int] = set()
     read = 0
     while True:
         if time.monotonic() > deadline:
@@ -108,14 +117,15 @@ def _read_dump(sock: socket.socket, name: bytes, deadline: float) -> set[int]:
         read += len(data)
         if not data or read > MAX_DUMP_BYTES:
             raise Undecided("sock_diag answer ended early or past its size bound")
-        if _parse_chunk(data, name, peers):
-            return peers
+        if _parse_chunk(data, name, peers, seen):
+            return peers, seen
 
 
-def _parse_chunk(data: bytes, name: bytes, peers: set[int]) -> bool:
-    """Add the client ends in one netlink read to ``peers``; True at the dump's end. Runs once
-    per established unix socket of the host, so it looks at little: the kernel puts a named
-    socket's name first, and most sockets (clients) have none."""
+def _parse_chunk(data: bytes, name: bytes, peers: set[int], seen: set[int]) -> bool:
+    """Add the client ends in one netlink read to ``peers`` and every socket's inode to
+    ``seen``; True at the dump's end. Runs once per unix socket of the host, so it looks at
+    little: the kernel puts a named socket's name first, and most sockets (clients) have
+    none."""
     offset, size, body = 0, len(data), _NLMSGHDR.size + _UNIX_DIAG_MSG.size
     while offset + _NLMSGHDR.size <= size:
         length, kind = _HEAD.unpack_from(data, offset)
@@ -127,6 +137,8 @@ def _parse_chunk(data: bytes, name: bytes, peers: set[int]) -> bool:
             code = -struct.unpack_from("=i", data, offset + _NLMSGHDR.size)[0]
             raise Undecided(f"sock_diag refused: {os.strerror(code) if code else 'error'}")
         first = offset + body
+        if kind == SOCK_DIAG_BY_FAMILY and offset + body <= size:
+            seen.add(_UNIX_DIAG_MSG.unpack_from(data, offset + _NLMSGHDR.size)[4])
         if kind == SOCK_DIAG_BY_FAMILY and first + _RTATTR.size <= offset + length:
             attr_length, attr = _RTATTR.unpack_from(data, first)
             if attr == UNIX_DIAG_NAME and _same_path(data[first + 4 : first + attr_length], name):
@@ -221,14 +233,109 @@ class PidVerifier:
     def check(self, pid: int) -> PidCheck:
         deadline = time.monotonic() + CHECK_SECONDS
         try:
-            tgid = thread_group(pid, self._proc)
-            if tgid != pid:
-                return PidCheck(Verdict.REFUTED, f"pid {pid} is a thread of process {tgid}")
-            ends = client_ends(self._listener_name(), deadline)
-            if holds_any(pid, ends, deadline, self._proc):
-                return PidCheck(Verdict.VERIFIED)
+            ends, seen = unix_sockets(self._listener_name(), deadline)
+            try:
+                tgid: int | None = thread_group(pid, self._proc)
+            except Undecided:
+                tgid = None  # no such process on this host: maybe in a container's namespace
+            undecided = ""
+            if tgid == pid:
+                try:
+                    if holds_any(pid, ends, deadline, self._proc):
+                        return PidCheck(Verdict.VERIFIED)
+                except Undecided as exc:
+                    undecided = str(exc)  # unless a container's process turns out to hold it
+            # A job in a container (its own pid namespace: Kubernetes pods, docker) says its
+            # pid as it sees it; the host knows it by another. The claim holds when a process
+            # in a nested namespace, whose innermost pid is the claimed one, holds a connection.
+            holder = namespaced_holder(pid, ends, deadline, self._proc)
+            if holder is not None:
+                return PidCheck(Verdict.VERIFIED, f"pid {pid} in a container: host pid {holder}")
         except Undecided as exc:
             return PidCheck(Verdict.UNKNOWN, str(exc))
+        if undecided:
+            return PidCheck(Verdict.UNKNOWN, undecided)
+        if tgid is None:
+            return PidCheck(
+                Verdict.UNKNOWN, f"no process {pid} on this host or in a pid namespace below it"
+            )
+        # A connection from a client in another network namespace (a pod without host
+        # networking) is created in the client's namespace: the kernel lists it there, not
+        # here, so its holder cannot be found. While the daemon holds such a connection, a
+        # claim it cannot confirm may be that client's: not proven false.
+        if own_hidden_sockets(seen):
+            return PidCheck(
+                Verdict.UNKNOWN,
+                f"pid {pid} holds no connection seen here, and a client in another network "
+                "namespace (a container) is connected",
+            )
+        if tgid != pid:
+            return PidCheck(Verdict.REFUTED, f"pid {pid} is a thread of process {tgid}")
         return PidCheck(
             Verdict.REFUTED, f"process {pid} holds no connection to this daemon's socket"
         )
+
+
+def own_hidden_sockets(seen: set[int], fds: Path = Path("/proc/self/fd")) -> int:
+    """How many unix sockets this process holds that its network namespace does not list
+    (``seen``): connections accepted from clients in other network namespaces."""
+    hidden = 0
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        return 0
+    for name in names[:MAX_FDS]:
+        try:
+            target = os.readlink(fds / name)
+        except OSError:
+            continue  # closed meanwhile
+        if not target.startswith("socket:[") or int(target[8:-1]) in seen:
+            continue
+        try:
+            with socket.socket(fileno=os.dup(int(name))) as sock:
+                hidden += sock.family == socket.AF_UNIX
+        except OSError:
+            continue
+    return hidden
+
+
+def namespaced_holder(
+    pid: int, sockets: set[int], deadline: float, proc: Path = Path("/proc")
+) -> int | None:
+    """The host pid of a process in a nested pid namespace whose innermost pid is ``pid``
+    and that holds one of ``sockets``; None when there is none. ``Undecided`` past the
+    deadline."""
+    try:
+        entries = os.scandir(proc)
+    except OSError as exc:
+        raise Undecided(f"cannot list {proc}: {exc.strerror}") from None
+    with entries:
+        for entry in entries:
+            if time.monotonic() > deadline:
+                raise Undecided("too many processes to look through in time")
+            if not entry.name.isdigit() or int(entry.name) == pid:
+                continue
+            host_pid = int(entry.name)
+            if _innermost_pid(host_pid, proc) != pid:
+                continue
+            try:
+                if holds_any(host_pid, sockets, deadline, proc):
+                    return host_pid
+            except Undecided:
+                continue  # gone meanwhile, or not readable: not this one
+    return None
+
+
+def _innermost_pid(pid: int, proc: Path) -> int | None:
+    """A process's pid in its own namespace, when that is nested below this one (its status
+    line ``NSpid:`` names more than one pid); else None."""
+    try:
+        with open(proc / str(pid) / "status", "rb") as status:
+            text = status.read(_STATUS_BYTES)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(b"NSpid:"):
+            pids = line.split()[1:]
+            return int(pids[-1]) if len(pids) > 1 else None
+    return None
