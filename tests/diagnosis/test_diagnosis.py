@@ -17,7 +17,7 @@ import pathology_jobs as scripts
 import pytest
 from job_suite import JobSuite, job_suite
 
-from xmon.model import Job
+from xmon.model import Finding, Job
 
 from procs import REPO, base_env, wait_for
 
@@ -65,7 +65,16 @@ def test_a_partial_rebuilt_every_step_names_the_function_object(suite: JobSuite)
 
 
 def test_a_stall_in_a_lock_shows_the_main_thread_waiting(suite: JobSuite) -> None:
-    job, finding = suite.finding("stall", "stall")
+    suite.finding("stall", "stall")
+
+    # The daemon's clock may find the stall a report before the agent's own rule sends the
+    # stacks (each measures from the last step it saw): the stacks follow within a report.
+    def with_stacks() -> tuple[Job, Finding] | None:
+        job = suite.job("stall")
+        hit = [f for f in job.findings if f.kind == "stall" and f.detail] if job else []
+        return (job, hit[0]) if job is not None and hit else None
+
+    job, finding = wait_for(with_stacks, 15, "the stall's thread stacks", interval=0.5)
     assert finding.severity == "warning" and (finding.value or 0) > 20
     assert "wait_for_the_loader" in finding.detail, finding.detail
     assert "Thread MainThread" in finding.detail
