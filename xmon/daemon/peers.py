@@ -208,19 +208,28 @@ def _is_one_of(link: Path, sockets: set[int]) -> bool:
     return target.startswith("socket:[") and int(target[8:-1]) in sockets
 
 
+def _status_pids(pid: int, field: bytes, proc: Path) -> list[bytes] | None:
+    """The pids on the ``field`` line (``Tgid:``, ``NSpid:``) of ``/proc/<pid>/status``; None
+    when the line is not there. ``OSError`` when the file cannot be read."""
+    with open(proc / str(pid) / "status", "rb") as status:
+        text = status.read(_STATUS_BYTES)
+    for line in text.splitlines():
+        if line.startswith(field):
+            return line.split()[1:]
+    return None
+
+
 def thread_group(pid: int, proc: Path = Path("/proc")) -> int:
     """The process (tgid) that ``pid`` belongs to; ``Undecided`` if there is none here."""
     try:
-        with open(proc / str(pid) / "status", "rb") as status:
-            text = status.read(_STATUS_BYTES)
+        tgid = _status_pids(pid, b"Tgid:", proc)
     except FileNotFoundError:
         raise Undecided(f"no process {pid} on this host (another pid namespace?)") from None
     except OSError as exc:
         raise Undecided(f"cannot read {proc}/{pid}/status: {exc.strerror}") from None
-    for line in text.splitlines():
-        if line.startswith(b"Tgid:"):
-            return int(line.split()[1])
-    raise Undecided(f"{proc}/{pid}/status names no Tgid")
+    if not tgid:
+        raise Undecided(f"{proc}/{pid}/status names no Tgid")
+    return int(tgid[0])
 
 
 class PidVerifier:
@@ -330,12 +339,7 @@ def _innermost_pid(pid: int, proc: Path) -> int | None:
     """A process's pid in its own namespace, when that is nested below this one (its status
     line ``NSpid:`` names more than one pid); else None."""
     try:
-        with open(proc / str(pid) / "status", "rb") as status:
-            text = status.read(_STATUS_BYTES)
+        pids = _status_pids(pid, b"NSpid:", proc)
     except OSError:
         return None
-    for line in text.splitlines():
-        if line.startswith(b"NSpid:"):
-            pids = line.split()[1:]
-            return int(pids[-1]) if len(pids) > 1 else None
-    return None
+    return int(pids[-1]) if pids is not None and len(pids) > 1 else None
