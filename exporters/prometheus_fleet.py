@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from xmon.model import Job
 
 if TYPE_CHECKING:
-    from .prometheus_families import FamilyBuilder
+    from .prometheus_builder import FamilyBuilder
 
 JobKey = tuple[str, int]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from xmon.model import Device, HardwareCounters
 
 if TYPE_CHECKING:
-    from .prometheus_families import FamilyBuilder
+    from .prometheus_builder import FamilyBuilder
 
 Value = int | float | None
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from xmon.model import Snapshot
 
 if TYPE_CHECKING:
-    from .prometheus_families import FamilyBuilder
+    from .prometheus_builder import FamilyBuilder
 
 
 def add_profiling_series(b: FamilyBuilder, snapshot: Snapshot) -> None:

@@ -14,7 +14,7 @@ from xmon.metrics import OTHER_PROGRAM
 from xmon.model import Job, Program
 
 if TYPE_CHECKING:
-    from .prometheus_families import FamilyBuilder
+    from .prometheus_builder import FamilyBuilder
 
 Number = int | float
 Fold = Callable[[Iterable[Number | None]], Number | None]

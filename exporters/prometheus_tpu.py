@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from xmon.model import Device, RuntimeMetric, RuntimeService
 
 if TYPE_CHECKING:
-    from .prometheus_families import FamilyBuilder
+    from .prometheus_builder import FamilyBuilder
 
 
 def add_tpu_series(b: FamilyBuilder, d: Device, key: tuple[object, ...]) -> None:
