@@ -1,8 +1,8 @@
 """One NVML pass over one GPU: the calls, the unit conversions and the rates.
 
 ``nv`` is the pynvml module (nvidia-ml-py) or anything with the same names; every call goes
-through :class:`NvmlPass`, which turns an NVML error into ``None`` for that one field, so an
-unsupported counter (``NVMLError_NotSupported``) or a device that fails half-way through a read
+through :class:`~xmon.collectors.nvml_calls.NvmlPass`, which turns an NVML error into ``None``
+for that one field, so an unsupported counter or a device that fails half-way through a read
 never takes the other fields, the other devices or the collector down.
 """
 
@@ -14,34 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from xmon.collectors.nvml_calls import NvmlPass
 from xmon.collectors.nvml_gpm import GpmSampler
 from xmon.model import Device, DeviceProcess, HardwareCounters
 
-# Errors that only say "this field does not exist here"; anything else is worth a log line.
-_QUIET = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound",
-          "NVMLError_NotFound", "NVMLError_NoData")  # fmt: skip
-
 KIB = 1024
 CounterKey = tuple[str, int]  # (counter name, NVLink link or 0)
-
-
-class NvmlPass:
-    """Calls NVML for one device in one tick, collecting the unexpected errors it meets."""
-
-    def __init__(self, nv: Any) -> None:
-        self.nv = nv
-        self.errors: list[str] = []
-        quiet = (getattr(nv, name, None) for name in _QUIET)
-        self._quiet: tuple[type[BaseException], ...] = tuple(c for c in quiet if c is not None)
-
-    def get(self, function: str, *args: Any, **kwargs: Any) -> Any:
-        """``nv.<function>(*args)``, or None when the call fails (a missing function too)."""
-        try:
-            return getattr(self.nv, function)(*args, **kwargs)
-        except Exception as exc:  # an NVML error, or an old pynvml without the function
-            if not isinstance(exc, (*self._quiet, AttributeError)):
-                self.errors.append(f"{function}: {exc or type(exc).__name__}")
-            return None
 
 
 @dataclass

@@ -10,10 +10,9 @@ value covers the time since the previous tick.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from xmon.collectors.nvml_device import NvmlPass
+from xmon.collectors.nvml_calls import NvmlPass
 
 # HardwareCounters field -> pynvml constant name of the GPM metric (percent, 0-100)
 GPM_METRICS: tuple[tuple[str, str], ...] = (
