@@ -20,8 +20,9 @@ import pytest
 
 from xmon.daemon import peers
 from xmon.daemon.hello import PidClaims
+from xmon.daemon.hub import Hub
+from xmon.daemon.ingest import IngestService
 from xmon.daemon.peers import PidVerifier, Verdict
-from xmon.daemon.server import Hub, IngestService
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="sock_diag is Linux's")

@@ -20,9 +20,9 @@ from test_prometheus_exporter import snapshot, train_job
 from xmon.client import decode
 from xmon.daemon import memory
 from xmon.daemon.bounds import Limits, StateBudget, connection_cap
+from xmon.daemon.hub import fitting_snapshot
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
-from xmon.daemon.server import fitting_snapshot
 from xmon.execution.ledger import JobLedger
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter

@@ -42,7 +42,7 @@ from xmon.profiling_config import ProfilingConfig
 from xmon.proto import xmon_pb2
 
 if TYPE_CHECKING:
-    from xmon.daemon.server import Hub
+    from xmon.daemon.hub import Hub
 
 log = logging.getLogger("xmon.daemon")
 

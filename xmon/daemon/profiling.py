@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from xmon.config import DaemonConfig
 from xmon.daemon.capture import CaptureSpec, Profiler
-from xmon.daemon.server import Hub
+from xmon.daemon.hub import Hub
 from xmon.daemon.triggers import Fire, TriggerEngine, TriggerRules
 from xmon.model import ExporterHealth, Job, Snapshot
 from xmon.profiling_config import ProfilingConfig

@@ -25,13 +25,15 @@ from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import lifecycle, memory
 from xmon.daemon.bounds import Limits, connection_cap, raise_descriptor_limit
+from xmon.daemon.control import ControlService
+from xmon.daemon.hub import Hub
+from xmon.daemon.ingest import IngestService
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
 from xmon.daemon.oom import OomSink
 from xmon.daemon.peers import PidVerifier
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
-from xmon.daemon.server import ControlService, Hub, IngestService
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.findings.ended import EndedJobs
 from xmon.findings.host import HostFindings

@@ -1,0 +1,127 @@
+"""The views' gRPC service on the daemon's socket: snapshots (streamed or one fresh one),
+captures and a program's HLO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from xmon import __version__
+from xmon.daemon.capture import CaptureError, Profiler
+from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+log = logging.getLogger("xmon.daemon")
+
+FRESH_TIMEOUT_FACTOR = 3  # periods a GetSnapshot(fresh=True) waits, plus 5 s of collectors
+SUBSCRIBER_BUFFER = 2
+
+
+class ControlService(xmon_pb2_grpc.ControlServicer):
+    def __init__(self, hub: Hub, profiler: Profiler | None = None) -> None:
+        self._hub = hub
+        self._profiler = profiler
+
+    async def Subscribe(  # noqa: N802
+        self, request: xmon_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        hub = self._hub
+        if not hub.open_stream():
+            await refuse_connection(context, hub.max_connections)
+            return
+        try:
+            if len(hub.subscribers) >= hub.max_subscribers:
+                hub.budget.refuse("subscribers")
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this daemon already streams to {hub.max_subscribers} views (max_subscribers)",
+                )
+                return
+            await self._stream_snapshots(context)
+        finally:
+            hub.close_stream()
+
+    async def _stream_snapshots(self, context: grpc.aio.ServicerContext) -> None:
+        """Write each snapshot to the view; a view that takes none for
+        ``subscriber_stall_seconds`` is cut off, so that the messages gRPC holds for views that
+        never read stay bounded."""
+        hub = self._hub
+        queue: asyncio.Queue[xmon_pb2.SnapshotMessage] = asyncio.Queue(SUBSCRIBER_BUFFER)
+        latest = hub.latest()
+        if latest is not None:
+            queue.put_nowait(latest)
+        hub.subscribers.add(queue)
+        try:
+            while True:
+                message = await queue.get()
+                try:
+                    await asyncio.wait_for(context.write(message), hub.subscriber_stall_seconds)
+                except TimeoutError:
+                    hub.budget.refuse("subscribers")
+                    log.info(
+                        "a view took no snapshot for %g s: cut off", hub.subscriber_stall_seconds
+                    )
+                    return
+        finally:
+            hub.subscribers.discard(queue)
+
+    async def GetSnapshot(  # noqa: N802
+        self, request: xmon_pb2.GetSnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> xmon_pb2.SnapshotMessage:
+        if request.fresh:
+            return await self._fresh_snapshot(context)
+        latest = self._hub.latest()
+        if latest is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "daemon is starting: no snapshot yet")
+            raise AssertionError("not reached: abort raises")
+        return latest
+
+    async def _fresh_snapshot(self, context: grpc.aio.ServicerContext) -> xmon_pb2.SnapshotMessage:
+        hub = self._hub
+        future: asyncio.Future[xmon_pb2.SnapshotMessage] = (
+            asyncio.get_running_loop().create_future()
+        )
+        entry = (hub.collects_started, future)
+        hub.fresh_waiters.append(entry)
+        try:
+            return await asyncio.wait_for(future, FRESH_TIMEOUT_FACTOR * hub.period_seconds + 5.0)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no fresh snapshot in time")
+            raise
+        finally:
+            if entry in hub.fresh_waiters:
+                hub.fresh_waiters.remove(entry)
+
+    async def Capture(  # noqa: N802
+        self, request: xmon_pb2.CaptureRequest, context: grpc.aio.ServicerContext
+    ) -> xmon_pb2.CaptureReply:
+        profiler = await self._require_profiler(request.protocol_version, context)
+        try:
+            return await profiler.handle_capture(request)
+        except CaptureError as exc:
+            await context.abort(exc.code, exc.message)
+            raise  # not reached: abort raises
+
+    async def GetHlo(  # noqa: N802
+        self, request: xmon_pb2.GetHloRequest, context: grpc.aio.ServicerContext
+    ) -> xmon_pb2.GetHloReply:
+        profiler = await self._require_profiler(request.protocol_version, context)
+        try:
+            return await profiler.handle_get_hlo(request)
+        except CaptureError as exc:
+            await context.abort(exc.code, exc.message)
+            raise
+
+    async def _require_profiler(self, version: int, context: grpc.aio.ServicerContext) -> Profiler:
+        if version not in SUPPORTED_PROTOCOLS:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"protocol version {version} not supported by daemon {__version__}",
+            )
+        if self._profiler is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon runs no profiler")
+        assert self._profiler is not None
+        return self._profiler

@@ -1,0 +1,164 @@
+"""State the daemon's gRPC services and its snapshot loop share: the jobs, the open streams,
+the latest snapshot and the views waiting for it.
+
+Everything here runs on the daemon's asyncio loop (grpc.aio); state is only touched from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from xmon.daemon.bounds import StateBudget
+from xmon.daemon.hello import PidClaims
+from xmon.daemon.jobs import JobState
+from xmon.daemon.ledger_reader import LedgerReader
+from xmon.daemon.links import AgentLink
+from xmon.daemon.snapshot_encoding import SnapshotEncoder
+from xmon.model import Job, Snapshot
+from xmon.proto import xmon_pb2
+
+SUPPORTED_PROTOCOLS = frozenset({1})
+HELLO_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass
+class IngestCounters:
+    reports_received: int = 0
+    reports_rejected: int = 0
+    disconnects: int = 0
+
+
+@dataclass
+class Hub:
+    """State shared by the services and the snapshot loop (asyncio loop only)."""
+
+    period_seconds: float
+    max_agents: int = 1024
+    max_connections: int = 4096  # open streams (agents and views); see xmon.daemon.bounds
+    max_subscribers: int = 64
+    subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
+    hello_timeout_seconds: float = HELLO_TIMEOUT_SECONDS
+    max_message_bytes: int = 16 * 1024 * 1024  # largest snapshot message sent to a view
+    budget: StateBudget = field(default_factory=StateBudget)
+    pid_claims: PidClaims = field(default_factory=PidClaims)  # verify_pids
+    streams: int = 0  # open streams of both services
+    streams_closed: int = 0  # streams of both services that have ended
+    jobs: dict[int, JobState] = field(default_factory=dict)
+    counters: IngestCounters = field(default_factory=IngestCounters)
+    snapshot: Snapshot | None = None
+    _message: xmon_pb2.SnapshotMessage | None = None  # snapshot's encoding, made on demand
+    encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder)  # one for every view
+    subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
+    links: dict[int, AgentLink] = field(default_factory=dict)  # stream id -> command channel
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    collects_started: int = 0  # snapshots whose collection has begun
+    # (collects_started when asked, future) of each GetSnapshot(fresh=True) waiting
+    fresh_waiters: list[tuple[int, asyncio.Future[xmon_pb2.SnapshotMessage]]] = field(
+        default_factory=list
+    )
+    ledger_reader: LedgerReader = field(default_factory=LedgerReader)
+    # (job name, pid, host, report) of a job that ran out of memory (xmon.daemon.oom.OomSink)
+    oom_sink: Callable[[str, int, str, xmon_pb2.OomReport], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.ledger_reader.refused = self.budget.refused  # one table of refusals
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def end_streams(self) -> None:
+        """The daemon is stopping: end every agent stream cleanly (see ``AgentLink.ending``)."""
+        for link in self.links.values():
+            link.ending.set()
+
+    def drop_job(self, stream_id: int) -> JobState | None:
+        """Forget a job; its memory no longer counts against the daemon's bound."""
+        state = self.jobs.pop(stream_id, None)
+        if state is not None:
+            state.release()
+        return state
+
+    def open_stream(self) -> bool:
+        """Count a new stream; False (and counted as refused) past ``max_connections``."""
+        if self.streams >= self.max_connections:
+            self.budget.refuse("connections")
+            return False
+        self.streams += 1
+        return True
+
+    def close_stream(self) -> None:
+        self.streams -= 1
+        self.streams_closed += 1
+
+    def begin_collect(self) -> int:
+        """Number the snapshot whose collection starts now (see ``publish``)."""
+        self.collects_started += 1
+        return self.collects_started
+
+    def publish(self, snapshot: Snapshot, collect: int | None = None) -> None:
+        """Hand a snapshot to the views. It is encoded only if a view wants it: an idle daemon
+        with no view attached does not pay for JSON every period. ``collect`` (from
+        ``begin_collect``) answers the fresh-snapshot requests made before it began."""
+        self.snapshot, self._message = snapshot, None
+        if not self.subscribers and not (collect is not None and self.fresh_waiters):
+            self.encoder.forget()  # no view reads: keep no encoded programs either
+            return
+        message = self.latest()
+        assert message is not None  # a snapshot was just set
+        if collect is not None:
+            waiting = []
+            for asked, future in self.fresh_waiters:
+                if future.done():
+                    continue
+                if asked < collect:
+                    future.set_result(message)
+                else:
+                    waiting.append((asked, future))
+            self.fresh_waiters = waiting
+        for queue in self.subscribers:
+            if queue.full():  # a slow view skips frames instead of growing memory
+                queue.get_nowait()
+            queue.put_nowait(message)
+
+    def latest(self) -> xmon_pb2.SnapshotMessage | None:
+        if self._message is None and self.snapshot is not None:
+            self._message, left_out = fitting_snapshot(
+                self.snapshot, self.max_message_bytes, self.encoder
+            )
+            self.budget.refuse("snapshot_programs", left_out)
+        return self._message
+
+
+def fitting_snapshot(
+    snapshot: Snapshot, max_bytes: int, encoder: SnapshotEncoder | None = None
+) -> tuple[xmon_pb2.SnapshotMessage, int]:
+    """The encoded snapshot, with fewer programs per job until it fits in ``max_bytes`` (a
+    view could not receive it otherwise); also how many programs were left out."""
+    encoder = encoder or SnapshotEncoder()
+    message = encoder.encode(snapshot)
+    keep = max((len(job.programs) for job in snapshot.jobs), default=0)
+    while message.ByteSize() > max_bytes and keep > 0:
+        keep //= 2
+        jobs = tuple(_with_programs(job, keep) for job in snapshot.jobs)
+        message = encoder.encode(dataclasses.replace(snapshot, jobs=jobs), remember=False)
+    return message, sum(max(0, len(job.programs) - keep) for job in snapshot.jobs)
+
+
+def _with_programs(job: Job, keep: int) -> Job:
+    """The job with only its ``keep`` most recently compiled programs."""
+    if len(job.programs) <= keep:
+        return job
+    return dataclasses.replace(job, programs=job.programs[len(job.programs) - keep :])
+
+
+async def refuse_connection(context: grpc.aio.ServicerContext, limit: int) -> None:
+    await context.abort(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"this daemon already serves {limit} streams (max_connections)",
+    )

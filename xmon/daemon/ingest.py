@@ -1,0 +1,211 @@
+"""The agents' gRPC service: one bidirectional stream per attached job, a hello and then reports
+up, commands down.
+
+It runs on the daemon's asyncio loop (grpc.aio), so one thread serves any number of agent
+streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from xmon import __version__
+from xmon.daemon.hello import hello_refusal
+from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
+from xmon.daemon.jobs import JobState, clean_label
+from xmon.daemon.links import AgentLink
+from xmon.daemon.peers import PidCheck, Verdict
+from xmon.daemon.sanitize import scrub
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+
+log = logging.getLogger("xmon.daemon")
+
+
+class IngestService(xmon_pb2_grpc.IngestServicer):
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+
+    async def Connect(  # noqa: N802 - gRPC method name
+        self,
+        request_iterator: AsyncIterator[xmon_pb2.AgentMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        if not self._hub.open_stream():
+            await refuse_connection(context, self._hub.max_connections)
+            return
+        try:
+            await self._serve_agent(context)
+        finally:
+            self._hub.close_stream()
+
+    async def _serve_agent(self, context: grpc.aio.ServicerContext) -> None:
+        hello = await self._read_hello(context)
+        if hello is None:
+            return
+        hub = self._hub
+        check, refusal = await self._judge_hello(hello)
+        if refusal is not None:
+            hub.counters.reports_rejected += 1
+            log.warning("agent refused: job %r: %s", clean_label(hello.job_name), refusal[1])
+            await context.abort(*refusal)
+            return
+        if len(hub.jobs) >= hub.max_agents:
+            hub.counters.reports_rejected += 1
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this daemon already serves {hub.max_agents} agents (max_agents)",
+            )
+            return
+        stream_id = hub.next_id()
+        job = hub.jobs[stream_id] = JobState(
+            hello=hello,
+            connected_at=time.time(),
+            budget=hub.budget,
+            pid_verified=check.verdict is Verdict.VERIFIED,
+        )
+        del hello  # the message, with any padding it carried, goes: the job keeps a slim copy
+        link = hub.links[stream_id] = AgentLink()
+        log.info("agent attached: job %r pid %d (%s)", job.job_name, job.pid,
+                 "verified" if job.pid_verified else f"unverified: {check.reason}")  # fmt: skip
+        reader: asyncio.Task[None] | None = None
+        try:
+            welcome = xmon_pb2.Welcome(
+                protocol_version=xmon_pb2.PROTOCOL_VERSION,
+                daemon_version=__version__,
+                period_seconds=hub.period_seconds,
+            )
+            await context.write(xmon_pb2.DaemonMessage(welcome=welcome))
+            # One task reads reports and results; this coroutine is the stream's only writer.
+            reader = asyncio.create_task(self._read_reports(context, stream_id, link))
+            await _write_commands(context, link, reader)
+        finally:
+            _finish_reader(reader)
+            link.close("the job's agent disconnected")
+            if hub.links.get(stream_id) is link:
+                del hub.links[stream_id]
+            state = hub.drop_job(stream_id)
+            hub.counters.disconnects += 1
+            if state is not None:
+                log.info("agent detached: job %r pid %d", state.job_name, state.pid)
+
+    async def _judge_hello(
+        self, hello: xmon_pb2.AgentHello
+    ) -> tuple[PidCheck, tuple[grpc.StatusCode, str] | None]:
+        """The verdict on the pid the hello claims, and why the hello is refused (or None)."""
+        hub = self._hub
+        unchecked = PidCheck(Verdict.UNKNOWN, "not checked")
+        refusal = hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+        if refusal is not None:
+            return unchecked, refusal
+        check = await hub.pid_claims.check(hello.pid)
+        refusal = hub.pid_claims.refusal(hello.pid, check)
+        if refusal is not None:
+            hub.budget.refuse("pid_claims")
+            return check, refusal
+        # Other hellos were served during the check: the pid may be attached by now.
+        return check, hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+
+    async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
+        timeout = self._hub.hello_timeout_seconds
+        try:
+            first = await asyncio.wait_for(context.read(), timeout)
+        except TimeoutError:
+            self._hub.budget.refuse("hello_timeout")
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {timeout:g} s")
+            return None
+        if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
+            self._hub.counters.reports_rejected += 1
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be a hello")
+            return None
+        hello = first.hello
+        if hello.protocol_version not in SUPPORTED_PROTOCOLS:
+            self._hub.counters.reports_rejected += 1
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"protocol version {hello.protocol_version} not supported by daemon "
+                f"{__version__} (supports {sorted(SUPPORTED_PROTOCOLS)})",
+            )
+            return None
+        scrub(hello)  # no non-finite number reaches the daemon's arithmetic
+        return hello
+
+    async def _read_reports(
+        self, context: grpc.aio.ServicerContext, stream_id: int, link: AgentLink
+    ) -> None:
+        # No variable holds a message across the next read: a message (up to max_message_bytes)
+        # lives only while it is handled, not for as long as the agent stays silent.
+        while self._handle(await context.read(), stream_id, link):
+            pass
+
+    def _handle(
+        self, message: xmon_pb2.AgentMessage | object, stream_id: int, link: AgentLink
+    ) -> bool:
+        """Take one message from the agent; False when the stream is done."""
+        hub = self._hub
+        if not isinstance(message, xmon_pb2.AgentMessage):  # grpc.aio.EOF
+            return False
+        kind = message.WhichOneof("kind")
+        state = hub.jobs.get(stream_id)
+        if state is None:  # replaced by a newer stream of the same process
+            return False
+        if kind == "report":
+            hub.counters.reports_received += 1
+            scrub(message.report)
+            state.apply(message.report, time.time(), time.monotonic())
+        elif kind == "result":
+            link.resolve(message.result)
+        elif kind == "execution_sample":
+            hub.ledger_reader.submit(state.ledger, message.execution_sample)
+        elif kind == "oom":
+            if hub.oom_sink is not None:
+                scrub(message.oom)
+                hub.oom_sink(state.job_name, state.pid, state.hello.hostname, message.oom)
+        else:
+            hub.counters.reports_rejected += 1
+        return True
+
+
+async def _write_commands(
+    context: grpc.aio.ServicerContext, link: AgentLink, reader: asyncio.Task[None]
+) -> None:
+    """Write queued commands to the agent until its side of the stream ends."""
+    ending = asyncio.ensure_future(link.ending.wait())
+    try:
+        await _write_until_ending(context, link, reader, ending)
+    finally:
+        ending.cancel()
+
+
+async def _write_until_ending(
+    context: grpc.aio.ServicerContext,
+    link: AgentLink,
+    reader: asyncio.Task[None],
+    ending: asyncio.Future[Any],
+) -> None:
+    while True:
+        getter = asyncio.ensure_future(link.outbox.get())
+        waits: set[asyncio.Future[Any]] = {getter, reader, ending}
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if getter not in done:
+            getter.cancel()
+            return
+        try:
+            await context.write(getter.result())
+        except Exception as exc:  # noqa: BLE001 - the stream broke; the reader sees it too
+            log.debug("cannot write to an agent stream: %r", exc)
+            return
+
+
+def _finish_reader(reader: asyncio.Task[None] | None) -> None:
+    if reader is None:
+        return
+    if not reader.done():
+        reader.cancel()
+    elif not reader.cancelled() and reader.exception() is not None:
+        log.debug("agent stream ended: %r", reader.exception())
