@@ -167,7 +167,7 @@ def _processes() -> Row:
               unit="s"),
         Panel("Cross-host skew", "(largest - smallest host seconds per step) / step time, "
               "per job: the share of each step lost to the least balanced host.",
-              (q(f'xmon:job:step_host_skew_ratio{{job_key=~"$job_key"}}', "{{job_key}}"),),
+              (q('xmon:job:step_host_skew_ratio{job_key=~"$job_key"}', "{{job_key}}"),),
               unit="percentunit"),
         Panel("Seconds since last step", "Per process; in a hang all rise together, and "
               "XmonFleetHang names the process waiting in its own code.",
@@ -182,8 +182,10 @@ BOARD = Board(
     description="All hosts running the xmon daemon: accelerators by host and slice, memory "
     "and utilisation heatmaps, the JAX jobs attached, and the processes of multi-process jobs "
     "across hosts (straggler, skew, hangs).",
-    variables=(Variable("instance", "Host", "label_values(xmon_up, instance)"),
-               Variable("job_key", "Multi-process job",
-                        "label_values(xmon_job_fleet_info{instance=~\"$instance\"}, job_key)")),  # fmt: skip
+    variables=(
+        Variable("instance", "Host", "label_values(xmon_up, instance)"),
+        Variable("job_key", "Multi-process job",
+                 'label_values(xmon_job_fleet_info{instance=~"$instance"}, job_key)'),
+    ),  # fmt: skip
     rows=(_stats(), _hosts(), _heatmaps(), _jobs(), _processes()),
 )
