@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -167,21 +166,17 @@ def test_without_netlink_a_claim_cannot_be_decided(
 
 
 @linux_only
-def test_the_check_takes_milliseconds_with_hundreds_of_connections(
+def test_checks_are_decided_with_hundreds_of_connections_on_the_socket(
     listener: Listener, holder: subprocess.Popen[str], sleeper: int
 ) -> None:
-    """Once per hello: verified (a process holding 300 connections) and refuted (one holding
-    none), with 300 connections on the socket and both their ends in sock_diag's answer."""
+    """Verified (a process holding 300 connections) and refuted (one holding none), with 300
+    connections on the socket and both their ends in sock_diag's answer, every time: never
+    undecided for want of time. What a check costs: benchmarks/pid_checks.py."""
     verifier = listener.verifier()
-    timings: dict[str, list[float]] = {"verified": [], "refuted": []}
-    for _ in range(30):
-        for kind, pid in (("verified", holder.pid), ("refuted", sleeper)):
-            started = time.perf_counter()
-            assert verifier.check(pid).verdict.value == kind
-            timings[kind].append(time.perf_counter() - started)
-    medians = {kind: statistics.median(values) * 1e3 for kind, values in timings.items()}
-    print(f"pid check with {CONNECTIONS} connections, median ms: {medians}")
-    assert all(median < 10.0 for median in medians.values()), medians
+    for _ in range(10):
+        for kind, pid in ((Verdict.VERIFIED, holder.pid), (Verdict.REFUTED, sleeper)):
+            check = verifier.check(pid)
+            assert check.verdict is kind, check
 
 
 async def _hello_over_the_service(path: Path, hub: Hub) -> tuple[grpc.StatusCode, list[bool]]:

@@ -185,7 +185,7 @@ def holds_any(pid: int, sockets: set[int], deadline: float, proc: Path = Path("/
             for count, entry in enumerate(entries):
                 if count >= MAX_FDS or time.monotonic() > deadline:
                     raise Undecided(f"{fds} holds too many descriptors to read in time")
-                if _is_one_of(fds / entry.name, sockets):
+                if _is_one_of(entry.path, sockets):
                     return True
     except FileNotFoundError:
         raise Undecided(f"no process {pid} on this host (another pid namespace?)") from None
@@ -196,7 +196,7 @@ def holds_any(pid: int, sockets: set[int], deadline: float, proc: Path = Path("/
     return False
 
 
-def _is_one_of(link: Path, sockets: set[int]) -> bool:
+def _is_one_of(link: str, sockets: set[int]) -> bool:
     """Whether the descriptor link ``socket:[INODE]`` names one of ``sockets``. The link
     itself is read, never followed; a descriptor closed meanwhile is none of them."""
     try:
@@ -211,7 +211,7 @@ def _is_one_of(link: Path, sockets: set[int]) -> bool:
 def _status_pids(pid: int, field: bytes, proc: Path) -> list[bytes] | None:
     """The pids on the ``field`` line (``Tgid:``, ``NSpid:``) of ``/proc/<pid>/status``; None
     when the line is not there. ``OSError`` when the file cannot be read."""
-    with open(proc / str(pid) / "status", "rb") as status:
+    with open(f"{proc}/{pid}/status", "rb") as status:  # a str: this runs for every process
         text = status.read(_STATUS_BYTES)
     for line in text.splitlines():
         if line.startswith(field):
@@ -295,7 +295,7 @@ def own_hidden_sockets(seen: set[int], fds: Path = Path("/proc/self/fd")) -> int
         return 0
     for name in names[:MAX_FDS]:
         try:
-            target = os.readlink(fds / name)
+            target = os.readlink(f"{fds}/{name}")
         except OSError:
             continue  # closed meanwhile
         if not target.startswith("socket:[") or int(target[8:-1]) in seen:
