@@ -5,7 +5,9 @@ no thread per file) and ``tensorboard.compat.proto`` events (no TensorFlow). The
 land in the same run (``plugins/profile/``), so TensorBoard shows scalars and traces of a job
 together. A scalar's step is the job's training step where it marks steps, else seconds since it
 attached; it never goes back (see :mod:`xmon.exporters.tb_steps`). The job's findings are
-text summaries in the same run, written when they change (:mod:`xmon.exporters.tb_findings`).
+text summaries in the same run, written when they change (:mod:`xmon.exporters.tb_findings`);
+the host's findings (a runtime metrics service out of reach, a job that died out of memory)
+go to a run of their own, ``<logdir>/host``, whose steps are Unix seconds.
 
 The sink can fail (logdir not writable, disk full): the exporter then logs once, reports
 itself down in ``Snapshot.exporters``, drops its writers and tries again after
@@ -37,6 +39,9 @@ FILE_SUFFIX = ".xmon"
 # (retention never deletes an open file). 0: no bound.
 JOB_MAX_BYTES = 64 * 1024 * 1024
 RECORD_FRAMING = 16  # length, its CRC and the data's CRC around each event
+# The host's findings belong to no job. No job's run has this name: theirs end in -<pid>.
+HOST_RUN = "host"
+HOST_KEY = ("", 0)  # the host run among the jobs' (job name, pid) keys; no job has pid 0
 
 
 def _hardware_scalars(job: Job, devices: tuple[Device, ...]) -> list[tuple[str, float | None]]:
@@ -211,7 +216,7 @@ class TensorBoardExporter:
 
     # -- internals -----------------------------------------------------------------------------
     def _write(self, snapshot: Snapshot) -> None:
-        live = {(job.job_name, job.pid) for job in snapshot.jobs}
+        live = {(job.job_name, job.pid) for job in snapshot.jobs} | {HOST_KEY}
         for key in [k for k in self._writers if k not in live]:
             self._close(key)  # the job has gone: its file is complete
         self._axes = {k: v for k, v in self._axes.items() if k in live}
@@ -224,7 +229,7 @@ class TensorBoardExporter:
             if not scalars:
                 continue
             key = (job.job_name, job.pid)
-            writer = self._writer(job)
+            writer = self._writer(key, tb_logdir.run_name(job.job_name, job.pid))
             step = self._step(job, snapshot, writer)
             event = scalar_event(snapshot.wall_time, step, scalars)
             texts = self._findings.changes(key, job.findings, writer.path)
@@ -235,6 +240,20 @@ class TensorBoardExporter:
                 writer.add_event(text)
                 size += text.ByteSize() + RECORD_FRAMING
             self._bound_job(key, writer, size)
+        self._write_host_findings(snapshot)
+
+    def _write_host_findings(self, snapshot: Snapshot) -> None:
+        """The host's findings as text in the host run, when they change; no run is made for a
+        host that never had one. Steps are whole Unix seconds of the clock retention ages by,
+        which does not jump back while the daemon runs."""
+        if HOST_KEY not in self._writers and not snapshot.findings:
+            return
+        writer = self._writer(HOST_KEY, HOST_RUN)
+        texts = self._findings.changes(HOST_KEY, snapshot.findings, writer.path)
+        if texts:
+            event = tb_findings.text_event(snapshot.wall_time, int(self._now()), texts)
+            writer.add_event(event)
+            self._bound_job(HOST_KEY, writer, event.ByteSize() + RECORD_FRAMING)
 
     def _bound_job(self, key: tuple[str, int], writer: tb_events.EventFile, size: int) -> None:
         """Rotate the job's file at half its bytes bound; delete the file rotated before."""
@@ -280,15 +299,14 @@ class TensorBoardExporter:
         wall, monotonic = self._anchor
         return wall + self._clock() - monotonic
 
-    def _writer(self, job: Job) -> tb_events.EventFile:
-        key = (job.job_name, job.pid)
+    def _writer(self, key: tuple[str, int], name: str) -> tb_events.EventFile:
+        """The open event file of run ``name`` (a job's, or the host's)."""
         writer = self._writers.get(key)
         if writer is not None and writer.unlinked():
             log.warning("tensorboard: %s was deleted; writing a new event file", writer.path)
             self._close(key)
             writer = None
         if writer is None:
-            name = tb_logdir.run_name(job.job_name, job.pid)
             run_fd = tb_logdir.open_run_dir(self.logdir, name)  # never through a link
             try:
                 writer = tb_events.EventFile(

@@ -110,6 +110,47 @@ def test_a_rotated_file_is_told_the_findings_again(tmp_path: Path) -> None:
         one.unlink()
 
 
+UNREACHABLE = Finding("tpu_metrics_unreachable", "warning", "no libtpu runtime metrics service "
+                      "answers", STARTED + 1, subject="localhost:8431",
+                      fix="Start the job with TPU_RUNTIME_METRICS_PORTS=8431.")  # fmt: skip
+
+
+def host_export(exporter: TensorBoardExporter, clock: Clock, *findings: Finding) -> None:
+    clock.now += 1
+    exporter.update(dataclasses.replace(snapshot(STARTED + clock.now, (job(),)),
+                                        findings=findings))  # fmt: skip
+
+
+def test_host_findings_are_text_in_the_host_run_when_they_change(tmp_path: Path) -> None:
+    clock = Clock()
+    exporter = TensorBoardExporter(tmp_path, interval_seconds=0, clock=clock, wall=lambda: STARTED)
+    host_export(exporter, clock)
+    assert not (tmp_path / "host").exists()  # no host run until the host has a finding
+    host_export(exporter, clock, UNREACHABLE)
+    host_export(exporter, clock, UNREACHABLE)  # unchanged: nothing written
+    host_export(exporter, clock)  # it no longer holds
+    exporter.close()
+    found = texts(tmp_path / "host")
+    written = found["findings/tpu_metrics_unreachable/localhost_8431"]
+    assert [t.split(" ", 1)[0] for _, t in written] == ["**WARNING**", "**resolved**"]
+    assert "TPU_RUNTIME_METRICS_PORTS=8431" in written[0][1]
+    # steps are Unix seconds by the anchored clock: the exporter started at STARTED, clock 100
+    assert [step for step, _ in written] == [int(STARTED) + 2, int(STARTED) + 4]
+    assert set(texts(tmp_path / "train-42")) == set()  # the job's run is not told of them
+
+
+def test_the_host_run_is_never_a_job_s_run(tmp_path: Path) -> None:
+    clock = Clock()
+    exporter = TensorBoardExporter(tmp_path, interval_seconds=0, clock=clock)
+    clock.now += 1
+    named_host = dataclasses.replace(job(pid=7, name="host"), findings=(STORM,))
+    exporter.update(dataclasses.replace(snapshot(STARTED + clock.now, (named_host,)),
+                                        findings=(UNREACHABLE,)))  # fmt: skip
+    exporter.close()
+    assert set(texts(tmp_path / "host-7")) == {"findings/recompile/jit_step"}
+    assert set(texts(tmp_path / "host")) == {"findings/tpu_metrics_unreachable/localhost_8431"}
+
+
 @pytest.mark.e2e
 def test_a_real_recompile_storm_is_text_in_its_run(tmp_path: Path) -> None:
     """The pathology suite's growing-shape job through a real daemon: its recompile finding is
