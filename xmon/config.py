@@ -51,7 +51,7 @@ class DaemonConfig:
     agent_timeout_seconds: float = 10.0  # an agent silent this long is dropped
     max_agents: int = 1024  # agent streams at once; more are refused (bounds the job series)
     # Bounds against a flood or a buggy client (xmon.daemon.bounds; docs/reliability.md)
-    max_devices_per_job: int = 1024
+    max_devices_per_job: int = 256
     max_programs_per_job: int = 4096
     max_job_bytes: int = 16 * 1024 * 1024  # estimated state kept per job
     max_state_bytes: int = 128 * 1024 * 1024  # ... over all jobs

@@ -27,7 +27,7 @@ RESERVED_DESCRIPTORS = 128
 
 @dataclass(frozen=True)
 class Limits:
-    devices_per_job: int = 1024
+    devices_per_job: int = 256  # a process sees its host's devices: 4-8 TPU chips, <= 16 GPUs
     programs_per_job: int = 4096
     stats_per_device: int = 64
     job_bytes: int = 16 * 1024 * 1024

@@ -156,8 +156,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return False
         if kind == "report":
             hub.counters.reports_received += 1
-            scrub(message.report)
-            state.apply(message.report, time.time(), time.monotonic())
+            state.apply(message.report, time.time(), time.monotonic())  # scrubs it
         elif kind == "result":
             link.resolve(message.result)
         elif kind == "execution_sample":

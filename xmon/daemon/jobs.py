@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 
 from xmon import derived
 from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, StateBudget
+from xmon.daemon.sanitize import scrub
 from xmon.execution.ledger import JobLedger
 from xmon.model import (
     CompileEvent,
@@ -152,6 +153,11 @@ class JobState:
         return self._programs_sorted
 
     def apply(self, report: xmon_pb2.AgentReport, now_wall: float, now_monotonic: float) -> None:
+        """Take a report (the received message, changed in place): cut to the job's bounds
+        first, so that what is past them costs nothing more, then scrubbed of numbers the
+        daemon's arithmetic cannot take."""
+        _cut_to_limits(report, self.budget)
+        scrub(report)
         previous_steps = self.report.steps.steps_total if self.report is not None else 0
         # Only the parts read later are kept, without unknown fields: the message itself (up to
         # max_message_bytes, padding included) is let go as soon as this returns.
@@ -205,6 +211,16 @@ def _compact(message: _Message) -> _Message:
     return type(message).FromString(message.SerializeToString())
 
 
+def _cut_to_limits(report: xmon_pb2.AgentReport, budget: StateBudget) -> None:
+    """A report's per-device lists past ``devices_per_job``, dropped (and counted) before
+    anything walks them: a job announcing 20,000 devices costs what 256 do."""
+    limit = budget.limits.devices_per_job
+    for per_device in (report.memory, report.devices):
+        if len(per_device) > limit:
+            budget.refuse("devices", len(per_device) - limit)
+            del per_device[limit:]
+
+
 def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.AgentReport:
     """The parts of a report the snapshot reads later: counters and each device's memory
     (at most ``devices_per_job`` samples of ``stats_per_device`` stats). Unknown fields are
@@ -222,8 +238,7 @@ def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.
     if report.HasField("process"):
         slim.process.CopyFrom(report.process)
     limits = budget.limits
-    budget.refuse("devices", len(report.memory) - limits.devices_per_job)
-    for sample in report.memory[: limits.devices_per_job]:
+    for sample in report.memory:  # no more than devices_per_job (_cut_to_limits)
         kept = slim.memory.add(device_id=sample.device_id)
         if sample.HasField("live_array_bytes"):
             kept.live_array_bytes = sample.live_array_bytes
