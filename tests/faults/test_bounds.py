@@ -92,6 +92,20 @@ def test_devices_programs_and_stats_are_capped_per_job() -> None:
     assert budget.refused == {"devices": 100_000 - 16, "programs": 200, "memory_stats": 6}
 
 
+def test_a_report_s_device_lists_are_cut_to_the_cap_before_they_are_read() -> None:
+    budget = StateBudget(Limits(devices_per_job=16))
+    state = JobState(hello=_hello(devices=4), connected_at=0.0, budget=budget)
+    report = xmon_pb2.AgentReport()
+    for i in range(1000):
+        report.memory.add(device_id=i, stats={"bytes_in_use": i})
+        report.devices.add(id=i, platform="cpu")
+    state.apply(report, 1.0, 1.0)
+    assert len(report.memory) == len(report.devices) == 16  # the received message, cut
+    assert [m.device_id for m in state.report.memory] == list(range(16))  # type: ignore[union-attr]
+    assert len(state.devices) == 16
+    assert budget.refused["devices"] == 2 * (1000 - 16)
+
+
 def test_job_and_total_memory_bounds() -> None:
     budget = StateBudget(Limits(job_bytes=1 << 20, state_bytes=3 << 19))
     first = JobState(hello=_hello(1), connected_at=0.0, budget=budget)
