@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from xmon.daemon import memory
+
+from procs import start_daemon
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -30,3 +34,32 @@ def test_without_glibc_both_are_no_ops(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "_LIBC", None)
     assert memory.limit_arenas() is False
     assert memory.trim() is False
+
+
+def test_the_daemon_uses_grpc_s_poll_poller_unless_the_user_chose_one() -> None:
+    environ: dict[str, str] = {}
+    memory.choose_grpc_poller(environ)
+    assert environ == {"GRPC_POLL_STRATEGY": "poll"}
+    chosen = {"GRPC_POLL_STRATEGY": "epoll1"}
+    memory.choose_grpc_poller(chosen)
+    assert chosen == {"GRPC_POLL_STRATEGY": "epoll1"}
+
+
+def _event_polls(tmp_path: Path, env: dict[str, str] | None = None) -> int:
+    """How many epoll instances a real ``xmon daemon`` holds once it serves."""
+    daemon = start_daemon(tmp_path, env=env)
+    try:
+        fds = Path(f"/proc/{daemon.popen.pid}/fd")
+        return sum(os.readlink(fd) == "anon_inode:[eventpoll]" for fd in fds.iterdir())
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gRPC's epoll poller is Linux's")
+@pytest.mark.skipif("GRPC_POLL_STRATEGY" in os.environ, reason="a poller is chosen for all")
+def test_a_real_daemon_serves_its_socket_without_grpc_s_epoll_poller(tmp_path: Path) -> None:
+    """epoll1 keeps every connection's descriptor state after it closes (docs/reliability.md):
+    a daemon left to its default holds only asyncio's epoll instances, not gRPC's too."""
+    default = _event_polls(tmp_path / "default")
+    with_epoll = _event_polls(tmp_path / "epoll1", {"GRPC_POLL_STRATEGY": "epoll1"})
+    assert default < with_epoll, (default, with_epoll)

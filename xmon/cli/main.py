@@ -99,8 +99,10 @@ def _dispatch(argv: list[str]) -> int:
     command = _command(argv)
     if command == "daemon":  # before the imports below: a SIGHUP then must not kill it
         from xmon.daemon.lifecycle import defer_hangup
+        from xmon.daemon.memory import choose_grpc_poller
 
         defer_hangup()
+        choose_grpc_poller()  # before gRPC is imported
     parser, handlers = build_parser(only=command)
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
+import os
+from collections.abc import MutableMapping
 from typing import Any
 
 log = logging.getLogger("xmon.daemon")
@@ -20,6 +22,7 @@ log = logging.getLogger("xmon.daemon")
 _M_ARENA_MAX = -8  # mallopt parameter, glibc's malloc.h
 ARENAS = 1
 TRIM_EVERY_SECONDS = 10.0
+GRPC_POLLER = "poll"
 
 
 def _glibc() -> Any | None:
@@ -59,3 +62,15 @@ def release(collect: bool) -> bool:
     if collect:
         gc.collect()
     return trim()
+
+
+def choose_grpc_poller(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Serve connections with gRPC's ``poll`` poller unless ``GRPC_POLL_STRATEGY`` says
+    otherwise; call before gRPC is imported.
+
+    gRPC's default on Linux (``epoll1``) keeps each connection's descriptor state in a free list
+    it never hands back, spread thinly over the heap: after 2,000 idle connections had come and
+    gone, the daemon kept 16 MiB more than before, none of it in use. ``poll`` frees that
+    state with the connection (2-3 MiB kept). A ``poll()`` call costs a little per open
+    descriptor, which is negligible at the daemon's scale (benchmarks/daemon_cost.py)."""
+    environ.setdefault("GRPC_POLL_STRATEGY", GRPC_POLLER)
