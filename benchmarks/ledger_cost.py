@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from xmon.agent.sampler import DEFAULT_DURATION, DEFAULT_INTERVAL
-from xmon.execution.ledger import parse_sample
+from xmon.execution.samples import parse_sample
 
 from common import MLP_TRAIN_STEP, REPO, machine, summary, table, today, write_section
 from procs import base_env, start_daemon

@@ -1,5 +1,5 @@
-"""The execution ledger on samples built with the XSpace stubs (xmon.execution.ledger) and the
-rates derived from it (xmon.execution.rates)."""
+"""The execution ledger on samples built with the XSpace stubs (xmon.execution.samples and
+xmon.execution.ledger) and the rates derived from it (xmon.execution.rates)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ import pytest
 
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution import rates
-from xmon.execution.ledger import (
-    JobLedger,
-    SampleReading,
-    SampleUnreadable,
-    ledger_rates,
-    parse_sample,
-    snap,
-)
+from xmon.execution.ledger import JobLedger, ledger_rates, snap
+from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.proto import xplane_pb2 as xp

@@ -13,7 +13,7 @@ import pytest
 from jax._src import profiler as jax_profiler
 
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
-from xmon.execution.ledger import parse_sample
+from xmon.execution.samples import parse_sample
 from xmon.proto import xmon_pb2
 
 

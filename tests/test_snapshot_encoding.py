@@ -20,7 +20,7 @@ from xmon.client import decode
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
 from xmon.daemon.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
-from xmon.execution.ledger import SampleReading
+from xmon.execution.samples import SampleReading
 from xmon.exporters.prometheus import MetricsEndpoint, SnapshotCollector
 from xmon.exporters.prometheus_programs import ProgramSeriesCache
 from xmon.model import Job, snapshot_to_dict

@@ -1,6 +1,6 @@
 """Which process of which job: the identity an agent reports (xmon.fleet.identity), the step
 and stall facts it adds (xmon.agent.steps, xmon.agent.stall), and how the daemon splits a step
-(xmon.execution.rates.step_breakdown, xmon.execution.ledger.is_collective)."""
+(xmon.execution.rates.step_breakdown, xmon.execution.samples.is_collective)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 
 from xmon.agent.stall import waits_in
 from xmon.agent.steps import StepTimer
-from xmon.execution.ledger import SampleReading, is_collective, ledger_rates
+from xmon.execution.ledger import ledger_rates
 from xmon.execution.rates import busy_by_device, step_breakdown
+from xmon.execution.samples import SampleReading, is_collective
 from xmon.fleet.identity import identify
 
 

@@ -15,7 +15,8 @@ import logging
 import math
 from collections import Counter
 
-from xmon.execution.ledger import JobLedger, SampleUnreadable, parse_sample
+from xmon.execution.ledger import JobLedger
+from xmon.execution.samples import SampleUnreadable, parse_sample
 from xmon.proto import xmon_pb2
 
 log = logging.getLogger("xmon.daemon")

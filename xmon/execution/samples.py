@@ -1,0 +1,296 @@
+"""One execution sample of a job: what it ran, how often and for how long, from an XSpace.
+
+JAX dispatches compiled programs from C++ with no Python hook, so nothing in the job counts
+executions. The agent instead records short profiler sessions in memory (xmon.agent.sampler)
+and sends each session's XSpace to the daemon, which reads it here, off the job's threads.
+
+What one sample gives (XLA's profiler tags every op it records with ``program_id``, the HLO
+module id, and ``run_id``, one per launch shared by the launch's devices):
+
+* **executions** of each program: its distinct run ids, each placed at the start of its
+  first op. Counted only inside the sample's *core window*: from the first to the last start
+  of the program that used the most device time. In steady state that window holds a whole
+  number of that program's periods, so counts divided by its length are rates without the
+  ±1 execution a window cut at arbitrary times would add (a 0.2 s sample of 40 ms steps would
+  otherwise be off by up to 20 %).
+* **device busy time** per device: the union of the device's op intervals over the whole
+  sample, so overlapping ops (streams, threads) count once.
+* **device time per program**: the union of its op intervals per device, summed over devices.
+
+Where events live: GPU and TPU record ops on ``/device:GPU:N`` / ``/device:TPU:N`` planes (the
+device is N); the CPU backend records them on host threads, each op with a
+``device_ordinal`` stat.
+
+:mod:`xmon.execution.ledger` keeps a job's recent samples and turns them into rates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from xmon.execution.xplane import (
+    MODULES_LINE,
+    PROGRAM_ID,
+    RUN_ID,
+    StatValue,
+    stat_ids,
+    stat_value,
+)
+from xmon.proto import xplane_pb2
+
+DEVICE_ORDINAL = "device_ordinal"
+HLO_OP = "hlo_op"
+_DEVICE_PLANE = re.compile(r"^/device:(?:GPU|TPU|[A-Z_]+):(?P<index>\d+)$")
+# Lines of device planes that summarise other lines rather than record ops.
+_SUMMARY_LINES = frozenset({MODULES_LINE, "Steps", "XLA TraceMe", "Framework Ops", "Source code"})
+MIN_CORE_EXECUTIONS = 3  # fewer starts of the dominant program: count the whole sample
+MAX_SAMPLE_BYTES = 16 * 1024 * 1024
+
+
+# HLO collective ops (and their async -start/-done halves), and NCCL's kernels on GPU planes.
+_COLLECTIVE = re.compile(
+    r"^%?(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute"
+    r"|collective-broadcast|send|recv)([.-]|$)|^nccl",
+    re.IGNORECASE,
+)
+
+
+def is_collective(op_name: str) -> bool:
+    """Whether an op moves data between devices (its time includes waiting for the others)."""
+    return bool(_COLLECTIVE.match(op_name))
+
+
+class SampleUnreadable(Exception):
+    """Bytes that are not a profiler sample."""
+
+
+@dataclass(frozen=True)
+class SampleReading:
+    """What one profiler sample of one job shows."""
+
+    started_at: float  # wall clock
+    duration_seconds: float  # how long the profiler recorded
+    core_seconds: float  # the window executions were counted in
+    executions: Mapping[int, int]  # program id -> executions started in the core window
+    dominant: int | None  # the program that used the most device time
+    steps_marked: bool  # the job marked steps when the sample was taken
+    # Steps the core window holds: its length times the step rate measured in the same sample
+    # (from the job's step markers, else the dominant program's executions). The profiler slows
+    # a job a little while it records (2-5 % measured on CPU); a ratio of two rates taken in
+    # the same sample cancels that out. None when the sample shows no rate to take.
+    steps_in_core: float | None
+    device_busy_seconds: Mapping[int, float]  # device ordinal -> union of its op intervals
+    program_device_seconds: Mapping[int, float]  # program id -> device-seconds of its ops
+    program_device_runs: Mapping[int, int]  # program id -> (execution, device) pairs seen
+    # device ordinal -> union of its collective ops' intervals (part of its busy seconds)
+    device_collective_seconds: Mapping[int, float] = field(default_factory=dict)
+    last_started: int | None = None  # the program whose execution started last in the sample
+
+
+class _Intervals:
+    """Half-open [start, end) intervals in picoseconds, merged on demand."""
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[int, int]] = []
+
+    def add(self, start: int, end: int) -> None:
+        if end > start:
+            self._spans.append((start, end))
+
+    def union_length(self, low: int | None = None, high: int | None = None) -> int:
+        total, reach = 0, None
+        for start, end in sorted(self._spans):
+            if low is not None:
+                start = max(start, low)
+            if high is not None:
+                end = min(end, high)
+            if end <= start:
+                continue
+            if reach is None or start > reach:
+                total += end - start
+                reach = end
+            elif end > reach:
+                total += end - reach
+                reach = end
+        return total
+
+
+class _SampleParser:
+    def __init__(self) -> None:
+        self.run_starts: defaultdict[int, dict[int, int]] = defaultdict(dict)  # prog -> run -> ps
+        # Without run ids (GPU "XLA Modules" lines): program -> device plane -> starts. Every
+        # device runs each execution, so the plane with the most is the count.
+        self.module_starts: defaultdict[int, defaultdict[str, list[int]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        self.device_ops: defaultdict[int, _Intervals] = defaultdict(_Intervals)
+        self.collective_ops: defaultdict[int, _Intervals] = defaultdict(_Intervals)
+        self._names: Mapping[int, str] = {}
+        self.program_ops: defaultdict[tuple[int, int], _Intervals] = defaultdict(_Intervals)
+        self.program_runs: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
+
+    def add_plane(self, plane: xplane_pb2.XPlane) -> None:
+        names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+        ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP))
+        if ids[PROGRAM_ID] is None:
+            return  # python, host threads without XLA ops
+        match = _DEVICE_PLANE.match(plane.name)
+        plane_device = int(match["index"]) if match else None
+        self._names = {key: meta.name for key, meta in plane.event_metadata.items()}
+        shared = {
+            key: stat_value(meta.stats, ids, names, {})
+            for key, meta in plane.event_metadata.items()
+            if meta.stats
+        }
+        for line in plane.lines:
+            on_modules = line.name == MODULES_LINE
+            if line.name in _SUMMARY_LINES and not on_modules:
+                continue
+            base_ps = line.timestamp_ns * 1000
+            for event in line.events:
+                values = shared.get(event.metadata_id, {})
+                if event.stats:
+                    values = stat_value(event.stats, ids, names, values)
+                self._add_event(event, values, base_ps, plane, plane_device, on_modules)
+
+    def _add_event(
+        self,
+        event: xplane_pb2.XEvent,
+        values: Mapping[str, StatValue],
+        base_ps: int,
+        plane: xplane_pb2.XPlane,
+        plane_device: int | None,
+        on_modules: bool,
+    ) -> None:
+        program, run = values.get(PROGRAM_ID), values.get(RUN_ID)
+        if not isinstance(program, int) or event.WhichOneof("data") == "num_occurrences":
+            return
+        if not isinstance(run, int):
+            run = None
+        start = base_ps + event.offset_ps
+        end = start + max(0, event.duration_ps)
+        if on_modules:  # one event per execution; its ops are on the other lines
+            if run is None:
+                self.module_starts[program][plane.name].append(start)
+            return
+        ordinal = values.get(DEVICE_ORDINAL)
+        device = plane_device if plane_device is not None else ordinal
+        if not isinstance(device, int) or (plane_device is None and values.get(HLO_OP) is None):
+            return  # a host event that is not a device op (waits, transfers)
+        if run is not None:
+            first = self.run_starts[program].get(run)
+            if first is None or start < first:
+                self.run_starts[program][run] = start
+            self.program_runs[program].add((run, device))
+        self.device_ops[device].add(start, end)
+        self.program_ops[(program, device)].add(start, end)
+        op = values.get(HLO_OP)
+        if is_collective(op if isinstance(op, str) else self._names.get(event.metadata_id, "")):
+            self.collective_ops[device].add(start, end)
+
+    def starts(self) -> dict[int, list[int]]:
+        """Execution start times by program: run ids where present, else module events."""
+        result = {p: sorted(runs.values()) for p, runs in self.run_starts.items()}
+        for program, planes in self.module_starts.items():
+            if program not in result:
+                most = max((starts for starts in planes.values()), key=len)
+                result[program] = sorted(most)
+        return result
+
+
+def parse_sample(
+    data: bytes,
+    started_at: float,
+    duration_seconds: float,
+    step_begins: Sequence[float] = (),
+    steps_marked: bool = False,
+) -> SampleReading:
+    """Read one sample's XSpace; ``step_begins`` are the marked steps' begins during it, in
+    seconds since it started. Raises SampleUnreadable for bytes that are not a sample."""
+    if len(data) > MAX_SAMPLE_BYTES:
+        raise SampleUnreadable(f"{len(data)} bytes, more than the {MAX_SAMPLE_BYTES} read")
+    try:
+        space = xplane_pb2.XSpace.FromString(data)
+    except DecodeError as exc:
+        raise SampleUnreadable(f"not a profiler sample: {exc}") from None
+    parser = _SampleParser()
+    for plane in space.planes:
+        parser.add_plane(plane)
+    return reading_from(parser, started_at, duration_seconds, step_begins, steps_marked)
+
+
+def reading_from(
+    parser: _SampleParser,
+    started_at: float,
+    duration: float,
+    step_begins: Sequence[float],
+    steps_marked: bool,
+) -> SampleReading:
+    program_seconds: defaultdict[int, float] = defaultdict(float)
+    for (program, _device), spans in parser.program_ops.items():
+        program_seconds[program] += spans.union_length() / 1e12
+    starts = parser.starts()
+    dominant = _dominant(starts, program_seconds)
+    core = _core_window(starts[dominant]) if dominant is not None else None
+    if core is None:
+        executions = {p: len(s) for p, s in starts.items() if s}
+        core_seconds = duration
+    else:
+        low, high = core
+        executions = {p: n for p, s in starts.items() if (n := _count_in(s, low, high))}
+        core_seconds = (high - low) / 1e12
+    if steps_marked:
+        step_rate = _rate(sorted(step_begins))
+        if step_rate is None:  # under two begins: the sample's whole length stands in
+            step_rate = len(step_begins) / duration if duration > 0 else None
+    else:
+        step_rate = _rate([t / 1e12 for t in starts[dominant]]) if dominant is not None else None
+    return SampleReading(
+        started_at=started_at,
+        duration_seconds=duration,
+        core_seconds=core_seconds,
+        executions=executions,
+        dominant=dominant,
+        steps_marked=steps_marked,
+        steps_in_core=step_rate * core_seconds if step_rate is not None else None,
+        device_busy_seconds={
+            d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
+        },
+        program_device_seconds=dict(program_seconds),
+        program_device_runs={p: len(runs) for p, runs in parser.program_runs.items()},
+        device_collective_seconds={
+            d: spans.union_length() / 1e12 for d, spans in parser.collective_ops.items()
+        },
+        last_started=max(
+            (p for p in starts if starts[p]), key=lambda p: max(starts[p]), default=None
+        ),
+    )
+
+
+def _dominant(starts: Mapping[int, list[int]], program_seconds: Mapping[int, float]) -> int | None:
+    """The program that used the most device time (most executions on a tie)."""
+    if not starts:
+        return None
+    return max(starts, key=lambda p: (program_seconds.get(p, 0.0), len(starts[p])))
+
+
+def _core_window(starts: list[int]) -> tuple[int, int] | None:
+    if len(starts) < MIN_CORE_EXECUTIONS or starts[-1] <= starts[0]:
+        return None
+    return starts[0], starts[-1]
+
+
+def _rate(times: Sequence[float]) -> float | None:
+    """Events per second from the first to the last of sorted times: whole periods only."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _count_in(starts: list[int], low: int, high: int) -> int:
+    return sum(1 for start in starts if low <= start < high)
