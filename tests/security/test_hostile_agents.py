@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.agent.transport import Transport
@@ -126,3 +127,15 @@ def test_scrub_drops_non_finite_numbers_and_impossible_times_everywhere() -> Non
     assert not report.programs[0].HasField("flops") and report.programs[0].compiled_at == 0
     hello = _hello(1, "x", started_at=math.inf).hello
     assert scrub(hello) == 1 and hello.started_at == 0.0
+
+
+def test_scrub_walks_types_that_hold_themselves_and_maps_of_messages() -> None:
+    """google.protobuf.Struct: a map of Values, a Value holding a Struct or a list of Values."""
+    struct = struct_pb2.Struct()
+    struct.update({"ok": 1.5, "deep": {"list": [2.0, {"bad": 1.0}], "also": 3.0}})
+    struct["deep"]["list"].values[1].struct_value["bad"] = math.nan
+    struct["deep"]["also"] = math.inf
+    assert scrub(struct) == 2
+    assert struct["ok"] == 1.5 and list(struct["deep"]["list"])[0] == 2.0
+    assert not struct["deep"].fields["also"].HasField("number_value")
+    assert scrub(struct) == 0

@@ -221,33 +221,40 @@ def _cut_to_limits(report: xmon_pb2.AgentReport, budget: StateBudget) -> None:
             del per_device[limit:]
 
 
+# What the job does not keep of a report: taken once (programs, devices, the platform) or
+# kept elsewhere (compile events and recent step times in the job's windows).
+_NOT_KEPT = ("compile_events", "programs", "devices", "platform")
+
+
 def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.AgentReport:
-    """The parts of a report the snapshot reads later: counters and each device's memory
-    (at most ``devices_per_job`` samples of ``stats_per_device`` stats). Unknown fields are
-    dropped from ``report`` first, so that no copy below takes them along (see ``_compact``)."""
+    """The parts of a report the snapshot reads later: counters, the recompiled functions, the
+    stall, the process and each device's memory (at most ``devices_per_job`` samples of
+    ``stats_per_device`` stats). Unknown fields are dropped from ``report`` first, so that no
+    copy below takes them along (see ``_compact``). Copied whole and cut, in C: every agent
+    sends a report every second."""
     report.DiscardUnknownFields()
-    slim = xmon_pb2.AgentReport(seq=report.seq, wall_time=report.wall_time)
-    slim.steps.CopyFrom(report.steps)
-    del slim.steps.recent_step_seconds[:]  # already in the job's step window
-    slim.compile.CopyFrom(report.compile)
-    slim.agent.CopyFrom(report.agent)
+    slim = xmon_pb2.AgentReport()
+    slim.CopyFrom(report)
+    for name in _NOT_KEPT:
+        slim.ClearField(name)
+    del slim.steps.recent_step_seconds[:]
     # read by the findings (xmon.findings.tracker); the agent bounds both (16 rows, 64 KiB)
-    slim.compile_functions.extend(report.compile_functions[:16])
-    if report.HasField("stall"):
-        slim.stall.CopyFrom(report.stall)
-    if report.HasField("process"):
-        slim.process.CopyFrom(report.process)
-    limits = budget.limits
-    for sample in report.memory:  # no more than devices_per_job (_cut_to_limits)
-        kept = slim.memory.add(device_id=sample.device_id)
-        if sample.HasField("live_array_bytes"):
-            kept.live_array_bytes = sample.live_array_bytes
-        stats = {key: value for key, value in sample.stats.items() if len(key) <= MAX_LABEL_CHARS}
-        if len(stats) > limits.stats_per_device:
-            budget.refuse("memory_stats", len(stats) - limits.stats_per_device)
-            stats = dict(sorted(stats.items())[: limits.stats_per_device])
-        kept.stats.update(stats)
+    del slim.compile_functions[16:]
+    limit = budget.limits.stats_per_device
+    for kept in slim.memory:  # no more than devices_per_job samples (_cut_to_limits)
+        if len(kept.stats) > limit or max(map(len, kept.stats), default=0) > MAX_LABEL_CHARS:
+            _bound_stats(kept, limit, budget)
     return _compact(slim)
+
+
+def _bound_stats(sample: xmon_pb2.DeviceMemorySample, limit: int, budget: StateBudget) -> None:
+    """At most ``limit`` stats (the first by name), none with a name past the label bound."""
+    stats = {key: value for key, value in sample.stats.items() if len(key) <= MAX_LABEL_CHARS}
+    if len(stats) > limit:
+        budget.refuse("memory_stats", len(stats) - limit)
+        stats = dict(sorted(stats.items())[:limit])
+    sample.ClearField("stats")
+    sample.stats.update(stats)
 
 
 def device_info_from_proto(info: xmon_pb2.DeviceInfo) -> DeviceInfo:

@@ -9,9 +9,10 @@ field goes back to unset, which the snapshot shows as unknown), and wall-clock t
 
 from __future__ import annotations
 
+import enum
 import math
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 WALL_TIME_MAX = 1e10  # seconds since the epoch: the year 2286
@@ -28,22 +29,55 @@ def _ok(value: float, wall_time: bool) -> bool:
 
 def scrub(message: Message) -> int:
     """Drop non-finite floats (and impossible wall times) everywhere in ``message``, in place;
-    returns how many values were dropped."""
+    returns how many values were dropped. Only fields that can hold a float are walked."""
+    plan = _plan(message.DESCRIPTOR)
+    if not plan:
+        return 0
     dropped = 0
     for field, value in message.ListFields():
-        if field.type in _FLOATS:
+        kind = plan.get(field.name)
+        if kind is None:
+            continue
+        if kind is _Kind.FLOAT:
             dropped += _scrub_floats(message, field, value)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type.GetOptions().map_entry:
-                values = value.values() if _map_of_messages(field) else ()
-            else:
-                values = value if field.is_repeated else (value,)
-            dropped += sum(scrub(sub) for sub in values)
+        elif kind is _Kind.MAP:
+            dropped += sum(scrub(sub) for sub in value.values())
+        else:
+            dropped += sum(scrub(sub) for sub in value) if field.is_repeated else scrub(value)
     return dropped
 
 
-def _map_of_messages(field: FieldDescriptor) -> bool:
-    return bool(field.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE)
+class _Kind(enum.Enum):
+    FLOAT = "float"  # a float or double, or a repeated one
+    MESSAGE = "message"  # a message, or repeated messages, that can hold floats
+    MAP = "map"  # a map whose values are such messages
+
+
+_PLANS: dict[Descriptor, dict[str, _Kind]] = {}
+_WALK_ALL: dict[str, _Kind] = {"": _Kind.MESSAGE}  # a type still being planned: descend into it
+
+
+def _plan(descriptor: Descriptor) -> dict[str, _Kind]:
+    """The fields of a message type that are or can hold floats (by name), worked out once per
+    type. A report's memory samples (maps of integers) and most of a hello hold none: the
+    daemon does not walk them for every report of every agent."""
+    plan = _PLANS.get(descriptor)
+    if plan is not None:
+        return plan
+    _PLANS[descriptor] = _WALK_ALL  # a type that holds itself is walked, whatever it holds
+    plan = {}
+    for field in descriptor.fields:
+        if field.type in _FLOATS:
+            plan[field.name] = _Kind.FLOAT
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                value = field.message_type.fields_by_name["value"]
+                if value.type == FieldDescriptor.TYPE_MESSAGE and _plan(value.message_type):
+                    plan[field.name] = _Kind.MAP
+            elif _plan(field.message_type):
+                plan[field.name] = _Kind.MESSAGE
+    _PLANS[descriptor] = plan
+    return plan
 
 
 def _scrub_floats(message: Message, field: FieldDescriptor, value: object) -> int:
@@ -53,6 +87,8 @@ def _scrub_floats(message: Message, field: FieldDescriptor, value: object) -> in
             return 0
         message.ClearField(field.name)
         return 1
+    if not wall_time and all(map(math.isfinite, value)):  # type: ignore[call-overload]
+        return 0  # the common case, in C
     numbers = list(value)  # type: ignore[call-overload]
     kept = [v for v in numbers if _ok(v, wall_time)]
     if len(kept) != len(numbers):
