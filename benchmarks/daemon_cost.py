@@ -134,6 +134,9 @@ def under_load(
             cpu = cpu_windows(process, windows, seconds)
         out, _ = generator.communicate(timeout=windows * seconds + 60)
         sent = json.loads(out.strip().splitlines()[-1])
+        if not sent["sent"]:  # refused agents would make an idle daemon look like a loaded one
+            raise RuntimeError(f"the daemon took no report of the {agents} agents: {sent}\n"
+                               + daemon.log()[-2000:])  # fmt: skip
         time.sleep(1.5)
         lost = sent["sent"] - (received(daemon.metrics_url) - before)
         rss = memory(process)

@@ -20,14 +20,28 @@ from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
 from xmon.proto import xmon_pb2
 
+FIRST_PID = 4_000_000  # below Linux's largest pid (4,194,304), which the daemon accepts
 
-def hello(index: int) -> xmon_pb2.AgentMessage:
+
+def free_pids(count: int) -> list[int]:
+    """Pids no process on this host has, to claim: the daemon refuses a claim of a live process
+    that holds no connection, and accepts one it cannot check, unverified."""
+    pids: list[int] = []
+    pid = FIRST_PID
+    while len(pids) < count:
+        if not os.path.exists(f"/proc/{pid}"):
+            pids.append(pid)
+        pid += 1
+    return pids
+
+
+def hello(index: int, pid: int) -> xmon_pb2.AgentMessage:
     devices = [xmon_pb2.DeviceInfo(id=d, platform="cpu", device_kind="cpu") for d in range(4)]
     return xmon_pb2.AgentMessage(
         hello=xmon_pb2.AgentHello(
             protocol_version=xmon_pb2.PROTOCOL_VERSION,
             job_name=f"load{index}",
-            pid=10_000_000 + index,
+            pid=pid,
             hostname="loadgen",
             platform="cpu",
             jax_version="0",
@@ -73,7 +87,10 @@ def _all(transports: list[Transport], action: Callable[[Transport], object]) -> 
 
 def run(socket: str, agents: int, rate: float, seconds: float) -> dict[str, int]:
     target = paths.grpc_target(paths.Path(socket))
-    transports = [Transport(target, lambda i=i: hello(i), lambda c: None) for i in range(agents)]
+    transports = [
+        Transport(target, lambda i=i, pid=pid: hello(i, pid), lambda c: None)
+        for i, pid in enumerate(free_pids(agents))
+    ]
     for transport in transports:
         transport.start()
     deadline = time.monotonic() + 10
