@@ -18,6 +18,9 @@ from xmon.model import Finding, Job
 from procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
 
 
+ATTACH_TO_FINDING_SECONDS = 60.0
+
+
 @dataclass
 class JobSuite:
     root: Path
@@ -40,7 +43,13 @@ class JobSuite:
             return (job, hit[0]) if job is not None and hit else None
 
         left = self.started + self.finding_seconds - time.monotonic()
-        return wait_for(found, left, f"a {kind} finding for job {name}", interval=1.0)
+        job, finding = wait_for(found, left, f"a {kind} finding for job {name}", interval=1.0)
+        # From the job's attach (its agent's clock; the daemon's runs on the same host) to the
+        # finding first seen: what the job's own imports and jax's start-up took is not counted.
+        latency = finding.since - job.started_at
+        print(f"{name}: {kind} finding {latency:.1f} s after the job attached")
+        assert 0 <= latency <= ATTACH_TO_FINDING_SECONDS, (name, kind, latency)
+        return job, finding
 
     def doctor(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = base_env(XMON_SOCKET=str(self.daemon.socket_path))
