@@ -45,8 +45,10 @@ _PROGRAM_OPTIONAL = optional_field_names(xmon_pb2.ProgramInfo)
 
 def clean_label(value: str) -> str:
     """Client-supplied names become label values and paths: bound them, drop control chars."""
-    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value)
-    return cleaned[:MAX_LABEL_CHARS] or "unnamed"
+    value = value[:MAX_LABEL_CHARS]
+    if not value.isprintable():  # rare: the whole string is checked in C first
+        value = "".join(ch if ch.isprintable() else "?" for ch in value)
+    return value or "unnamed"
 
 
 def clean_text(value: str) -> str:
