@@ -17,6 +17,7 @@ from google.protobuf import struct_pb2
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.agent.transport import Transport
+from xmon.daemon.jobs import MAX_LABEL_CHARS, clean_label
 from xmon.daemon.sanitize import scrub
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
@@ -139,3 +140,18 @@ def test_scrub_walks_types_that_hold_themselves_and_maps_of_messages() -> None:
     assert struct["ok"] == 1.5 and list(struct["deep"]["list"])[0] == 2.0
     assert not struct["deep"].fields["also"].HasField("number_value")
     assert scrub(struct) == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "cleaned"),
+    [
+        ("jit_train_step", "jit_train_step"),
+        ("", "unnamed"),
+        ("a\x00b\nc\x1b[2J", "a?b?c?[2J"),
+        ("line\u2028sep\u0085", "line?sep?"),
+        ("x" * 500, "x" * MAX_LABEL_CHARS),
+        ("\x07" * 500, "?" * MAX_LABEL_CHARS),
+    ],
+)
+def test_names_from_agents_are_cut_and_cleaned(name: str, cleaned: str) -> None:
+    assert clean_label(name) == cleaned
