@@ -18,11 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from test_peers import HOLDER, Listener
-
 from xmon.daemon.peers import CHECK_SECONDS, Verdict
 
 from common import machine, summary, table, today, write_section
+from test_peers import HOLDER, Listener
 
 BUDGET_SECONDS = 0.010  # per check: a hello is answered well within its first second
 

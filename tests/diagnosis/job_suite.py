@@ -17,7 +17,6 @@ from xmon.model import Finding, Job
 
 from procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
 
-
 ATTACH_TO_FINDING_SECONDS = 60.0
 
 
