@@ -4,13 +4,15 @@ step next to a steady one, against a real daemon."""
 from __future__ import annotations
 
 import json
+import random
 import re
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from xmon.daemon.triggers import TriggerEngine, TriggerRules
+from xmon.daemon.triggers import TriggerEngine, TriggerRules, _History
 from xmon.model import (
     AgentHealth,
     CompileStats,
@@ -56,6 +58,27 @@ RULES = TriggerRules(step_time_factor=3.0, min_steps=10, memory_ratio=0.9, min_i
 
 def steady(n: int) -> tuple[float, ...]:
     return tuple(0.1 + 0.001 * (i % 5) for i in range(n))
+
+
+def test_the_look_back_keeps_only_the_steps_it_can_reach() -> None:
+    """Forgetting judged steps changes no verdict of the persistence rule, and a fast job
+    keeps about persist_seconds of steps, not thousands."""
+    rng = random.Random(7)
+    engine = TriggerEngine(RULES, clock=Clock())
+    kept, everything = _History(), _History()
+    everything.judged = deque(maxlen=None)
+    for _ in range(2000):
+        fresh = [rng.choice((0.002, 0.01, 0.05, 0.3)) for _ in range(rng.randint(1, 64))]
+        for history in (kept, everything):
+            history.judged.extend((s, s - 0.01 if s > 0.03 else 0.0) for s in fresh)
+        engine._keep_reachable(kept)
+        assert engine._persists(kept) == engine._persists(everything)
+    assert len(kept.judged) < 600 < len(everything.judged)
+    fast = _History()
+    for _ in range(200):  # 64 steps of 10 ms a snapshot
+        fast.judged.extend((0.01, 0.0) for _ in range(64))
+        engine._keep_reachable(fast)
+    assert len(fast.judged) <= 100 + 1
 
 
 def warmed(engine: TriggerEngine, n: int = 20) -> tuple[float, ...]:

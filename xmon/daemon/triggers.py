@@ -88,7 +88,8 @@ class _History:
     seen: int = 0  # steps that arrived while this engine watched
     quiet_until: int = 0  # steps_total up to which steps are not judged
     marks: tuple[int, int] | None = None  # (compiles, ledger samples) at the last snapshot
-    # (seconds, seconds past the median if slow else 0) of the latest judged steps
+    # (seconds, seconds past the median if slow else 0) of the latest judged steps: only those
+    # the persistence rule's look back can still reach (see TriggerEngine._keep_reachable)
     judged: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=RECENT_JUDGED))
     # whether the job waited for a CPU, per snapshot: a slow step spans several of them
     starved: deque[bool] = field(default_factory=lambda: deque(maxlen=STARVED_TICKS))
@@ -157,6 +158,7 @@ class TriggerEngine:
         history.judged.extend(
             (seconds, seconds - median if seconds > factor * median else 0.0) for seconds in fresh
         )
+        self._keep_reachable(history)
         seconds = max(fresh)
         ratio = seconds / median
         extreme = (
@@ -171,6 +173,18 @@ class TriggerEngine:
             f"step took {seconds:.3g} s, {ratio:.1f} x the median {median:.3g} s of recent steps "
             f"(rule: > {factor:g} x{why})"
         )
+
+    def _keep_reachable(self, history: _History) -> None:
+        """Forget the judged steps :meth:`_persists` can no longer reach: it reads back from the
+        newest until it covers ``persist_seconds`` and ``PERSIST_MIN_STEPS`` steps, so an older
+        step that lies past that point stays past it as newer steps come. A job stepping every
+        10 ms keeps ~100, not ``RECENT_JUDGED`` (400 KiB a job)."""
+        judged = history.judged
+        covered = sum(seconds for seconds, _ in judged)
+        while (
+            len(judged) > PERSIST_MIN_STEPS and covered - judged[0][0] >= self.rules.persist_seconds
+        ):
+            covered -= judged.popleft()[0]
 
     def _persists(self, history: _History) -> bool:
         """Among the latest judged steps covering ``persist_seconds`` (and at least
