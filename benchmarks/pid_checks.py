@@ -23,7 +23,7 @@ from xmon.daemon.peers import CHECK_SECONDS, Verdict
 from common import machine, summary, table, today, write_section
 from test_peers import HOLDER, Listener
 
-BUDGET_SECONDS = 0.010  # per check: a hello is answered well within its first second
+BUDGET_SECONDS = 0.050  # a tenth of the check's own limit (CHECK_SECONDS): the hello waits for it
 
 
 def measure(connections: int, repeats: int) -> list[object]:
