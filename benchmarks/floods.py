@@ -23,6 +23,7 @@ import grpc
 import psutil
 
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import PART_BYTES, in_parts
 
 from common import machine, summary, table, today, write_section
 from flood_attacks import (
@@ -129,13 +130,18 @@ def no_flood(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 
 def padded_streams(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count = sizes.n(16, 2)
-    streams = []
-    for pid in range(100, 100 + count):  # even: the hello padded, odd: the report
-        frames = [hello(pid, padding=15 * MiB if pid % 2 == 0 else 0),
-                  report(padding=0 if pid % 2 == 0 else 15 * MiB)]  # fmt: skip
-        streams.append(RawStream(daemon.socket_path, frames))
-    _attached(daemon, range(100, 100 + count))
-    yield f"{count} streams × 15 MiB of unknown fields"
+    streams, attached = [], []
+    for pid in range(100, 100 + count):  # even: the hello padded, odd: the report, in parts
+        if pid % 2 == 0:
+            streams.append(RawStream(daemon.socket_path, [hello(pid, padding=15 * MiB)]))
+            continue
+        big = xmon_pb2.AgentMessage.FromString(report(padding=15 * MiB))
+        parts = [part.SerializeToString() for part in in_parts(big, PART_BYTES)]
+        streams.append(RawStream(daemon.socket_path, [hello(pid), *parts]))
+        attached.append(pid)
+    _attached(daemon, range(attached[0], attached[-1] + 1, 2))
+    yield (f"{count} streams × 15 MiB of unknown fields: {count - len(attached)} hellos (over the "
+           f"receive limit), {len(attached)} reports in 1 MiB parts")  # fmt: skip
     close_all(streams)
 
 

@@ -39,6 +39,7 @@ REFUSAL_BOUNDS = (
     "metrics_connections",  # /metrics connections closed past metrics_max_connections
     "metrics_timeouts",  # /metrics connections closed for sending no request in time
     "tensorboard_bytes",  # TensorBoard event files rotated away at a job's bytes budget
+    "message_parts",  # messages in parts dropped: past max_message_bytes, 64 MiB joining, disorder
 )
 LABEL_VALUE_MAX = 128  # label values from clients (job names, program names) are cut to this
 OTHER_PROGRAM = "_other"  # program label of the series that folds programs past the limit

@@ -1,13 +1,26 @@
-"""Moving values between the wire protocol and the model, where their field names agree.
+"""The wire protocol's shared rules: values moved between proto and model, and messages in parts.
 
 The proto messages that mirror a model class use the model's field names, so conversions are
 driven by the proto's own descriptor instead of hand-written field lists on both sides.
+
+The daemon takes at most ``PART_BYTES`` (plus framing) in one gRPC message: gRPC holds each
+stream's whole message before the daemon reads a byte of it, so that limit, not the largest
+message, bounds what a stream can make it hold. An agent sends a larger message (an execution
+sample, a program's HLO, an out-of-memory profile) as ``MessagePart``s of its bytes.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
+
+from xmon.proto import xmon_pb2
+
+PART_BYTES = 1024 * 1024  # the data of one MessagePart
+# Room under the daemon's receive limit for a part's own fields and for whole messages of
+# about a part's size (a report's catalogue of programs, a hello).
+FRAMING_BYTES = 64 * 1024
+RECEIVE_LIMIT_BYTES = PART_BYTES + FRAMING_BYTES
 
 
 @functools.cache  # message classes are few and fixed; the daemon converts every report
@@ -23,3 +36,20 @@ def optional_field_names(message_class: Any) -> tuple[str, ...]:
 def fields_of(source: Any, message_class: Any) -> dict[str, Any]:
     """``{name: source.name}`` for every field of ``message_class``."""
     return {name: getattr(source, name) for name in field_names(message_class)}
+
+
+def in_parts(message: xmon_pb2.AgentMessage, part_bytes: int) -> list[xmon_pb2.AgentMessage]:
+    """``message`` as it goes on the wire: itself when it fits in ``part_bytes`` (or when
+    ``part_bytes`` is 0: a daemon that takes whole messages), else its bytes in parts."""
+    if not part_bytes or message.ByteSize() <= part_bytes:
+        return [message]
+    data = message.SerializeToString()
+    count = -(-len(data) // part_bytes)
+    return [
+        xmon_pb2.AgentMessage(
+            part=xmon_pb2.MessagePart(
+                index=i, last=i == count - 1, data=data[i * part_bytes : (i + 1) * part_bytes]
+            )
+        )
+        for i in range(count)
+    ]

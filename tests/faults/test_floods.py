@@ -12,6 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from xmon.proto import xmon_pb2
+from xmon.wire import PART_BYTES, in_parts
+
 from flood_attacks import (
     RawStream,
     StalledView,
@@ -34,7 +37,8 @@ def _scrape_seconds(daemon: Daemon) -> float:
 
 def test_padded_reports_and_hellos_are_not_kept(tmp_path: Path) -> None:
     """16 streams, each a hello or a report padded with 15 MiB of unknown fields: ~240 MiB
-    kept before; now each is let go after its known fields are read."""
+    kept before. A hello over the receive limit now ends its stream before the daemon holds it;
+    a report sent in parts, as agents send large messages, is joined, read and let go."""
     daemon = config_daemon(tmp_path)
     process = psutil.Process(daemon.popen.pid)
     wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 20, "the first snapshot")
@@ -42,11 +46,15 @@ def test_padded_reports_and_hellos_are_not_kept(tmp_path: Path) -> None:
     streams: list[RawStream] = []
     try:
         for pid in range(100, 116):
-            pad_hello = pid % 2 == 0
-            frames = [hello(pid, padding=15 << 20 if pad_hello else 0)]
-            frames.append(report(padding=0 if pad_hello else 15 << 20))
-            streams.append(RawStream(daemon.socket_path, frames))
+            if pid % 2 == 0:
+                streams.append(RawStream(daemon.socket_path, [hello(pid, padding=15 << 20)]))
+                continue
+            big = xmon_pb2.AgentMessage.FromString(report(padding=15 << 20))
+            parts = [p.SerializeToString() for p in in_parts(big, PART_BYTES)]
+            streams.append(RawStream(daemon.socket_path, [hello(pid), *parts], keepalive=1.0))
             wait_for(lambda p=pid: f'pid="{p}"' in daemon.scrape(), 20, f"stream {pid}")  # type: ignore[misc]
+        rejected = 'xmon_daemon_reports_rejected_total'
+        wait_for(lambda: series_value(daemon, rejected) == 8, 20, "the 8 padded hellos' end")
         time.sleep(11)  # the daemon gives freed memory back to the system every 10 s
         growth = (process.memory_info().rss - before) / 2**20
         # 363 MiB while the daemon kept the messages; 124 MiB while its slim copies of the

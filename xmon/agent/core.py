@@ -32,6 +32,8 @@ from xmon.wire import fields_of, optional_field_names
 
 log = logging.getLogger("xmon.agent")
 
+MAX_ARG_CHARS = 4096  # each argument in the hello (32 at most): it must fit one message
+
 
 def default_job_name(argv: list[str], env: Mapping[str, str]) -> str:
     if env.get("XMON_JOB_NAME"):
@@ -195,7 +197,8 @@ class Agent:
             jaxlib_version=getattr(jaxlib, "__version__", ""),
             process_index=_process_index() if self._devices else 0,
             process_count=_process_count() if self._devices else 1,
-            argv=redact_argv(sys.argv[:32], self._env),
+            # The hello goes whole, before the daemon says how large a message may be.
+            argv=[arg[:MAX_ARG_CHARS] for arg in redact_argv(sys.argv[:32], self._env)],
             started_at=self.started_at,
             devices=self._device_infos,
             agent_version=__version__,

@@ -20,6 +20,7 @@ import grpc
 
 from xmon import paths
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import in_parts
 
 log = logging.getLogger("xmon.agent")
 
@@ -65,6 +66,7 @@ class Transport:
         self._thread: threading.Thread | None = None
         self._call: grpc.Future | None = None
         self._grpc_threads: list[threading.Thread] = []  # gRPC's helpers for our stream
+        self._part_bytes = 0  # larger messages go in parts (the daemon's welcome says; 0: never)
         self.counters = TransportCounters()
 
     @property
@@ -185,6 +187,7 @@ class Transport:
     def _handle(self, message: xmon_pb2.DaemonMessage) -> None:
         kind = message.WhichOneof("kind")
         if kind == "welcome":
+            self._part_bytes = message.welcome.max_part_bytes
             if self.counters.connects:
                 self.counters.add("reconnects")
             self.counters.add("connects")
@@ -226,7 +229,7 @@ class Transport:
                 continue
             if item is None:
                 return
-            yield item.message
+            yield from in_parts(item.message, self._part_bytes)
             if item.message.HasField("report"):
                 self.counters.add("reports_sent")
             if item.on_sent is not None:

@@ -19,6 +19,7 @@ from xmon.daemon.hello import PidClaims
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
+from xmon.daemon.parts import JoiningPool
 from xmon.daemon.snapshot_encoding import SnapshotEncoder
 from xmon.model import Job, Snapshot
 from xmon.proto import xmon_pb2
@@ -44,7 +45,8 @@ class Hub:
     max_subscribers: int = 64
     subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
     hello_timeout_seconds: float = HELLO_TIMEOUT_SECONDS
-    max_message_bytes: int = 16 * 1024 * 1024  # largest snapshot message sent to a view
+    # largest snapshot message sent to a view, and largest agent message joined from parts
+    max_message_bytes: int = 16 * 1024 * 1024
     budget: StateBudget = field(default_factory=StateBudget)
     pid_claims: PidClaims = field(default_factory=PidClaims)  # verify_pids
     streams: int = 0  # open streams of both services
@@ -63,11 +65,13 @@ class Hub:
         default_factory=list
     )
     ledger_reader: LedgerReader = field(default_factory=LedgerReader)
+    joining: JoiningPool = field(init=False)  # messages in parts, over all agent streams
     # (job name, pid, host, report) of a job that ran out of memory (xmon.daemon.oom.OomSink)
     oom_sink: Callable[[str, int, str, xmon_pb2.OomReport], None] | None = None
 
     def __post_init__(self) -> None:
         self.ledger_reader.refused = self.budget.refused  # one table of refusals
+        self.joining = JoiningPool(self.budget)
 
     def next_id(self) -> int:
         return next(self._ids)

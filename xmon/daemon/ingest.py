@@ -20,9 +20,11 @@ from xmon.daemon.hello import hello_refusal
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
 from xmon.daemon.jobs import JobState, clean_label
 from xmon.daemon.links import AgentLink
+from xmon.daemon.parts import PartJoiner
 from xmon.daemon.peers import PidCheck, Verdict
 from xmon.daemon.sanitize import scrub
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import PART_BYTES
 
 log = logging.getLogger("xmon.daemon")
 
@@ -74,18 +76,21 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         log.info("agent attached: job %r pid %d (%s)", job.job_name, job.pid,
                  "verified" if job.pid_verified else f"unverified: {check.reason}")  # fmt: skip
         reader: asyncio.Task[None] | None = None
+        joiner = PartJoiner(hub.joining, hub.max_message_bytes)
         try:
             welcome = xmon_pb2.Welcome(
                 protocol_version=xmon_pb2.PROTOCOL_VERSION,
                 daemon_version=__version__,
                 period_seconds=hub.period_seconds,
+                max_part_bytes=PART_BYTES,
             )
             await context.write(xmon_pb2.DaemonMessage(welcome=welcome))
             # One task reads reports and results; this coroutine is the stream's only writer.
-            reader = asyncio.create_task(self._read_reports(context, stream_id, link))
+            reader = asyncio.create_task(self._read_reports(context, stream_id, link, joiner))
             await _write_commands(context, link, reader)
         finally:
             _finish_reader(reader)
+            joiner.close()
             link.close("the job's agent disconnected")
             if hub.links.get(stream_id) is link:
                 del hub.links[stream_id]
@@ -136,21 +141,34 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         return hello
 
     async def _read_reports(
-        self, context: grpc.aio.ServicerContext, stream_id: int, link: AgentLink
+        self,
+        context: grpc.aio.ServicerContext,
+        stream_id: int,
+        link: AgentLink,
+        joiner: PartJoiner,
     ) -> None:
-        # No variable holds a message across the next read: a message (up to max_message_bytes)
+        # No variable holds a message across the next read: a message (up to a part's size)
         # lives only while it is handled, not for as long as the agent stays silent.
-        while self._handle(await context.read(), stream_id, link):
+        while self._handle(await context.read(), stream_id, link, joiner):
             pass
 
     def _handle(
-        self, message: xmon_pb2.AgentMessage | object, stream_id: int, link: AgentLink
+        self,
+        message: xmon_pb2.AgentMessage | object,
+        stream_id: int,
+        link: AgentLink,
+        joiner: PartJoiner,
     ) -> bool:
         """Take one message from the agent; False when the stream is done."""
         hub = self._hub
         if not isinstance(message, xmon_pb2.AgentMessage):  # grpc.aio.EOF
             return False
         kind = message.WhichOneof("kind")
+        if kind == "part":  # a large message, sent in parts: handled once whole
+            joined = joiner.add(message.part)
+            if joined is None:
+                return True
+            message, kind = joined, joined.WhichOneof("kind")
         state = hub.jobs.get(stream_id)
         if state is None:  # replaced by a newer stream of the same process
             return False

@@ -43,6 +43,7 @@ from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2_grpc
 from xmon.topology import resolve_slice_info
+from xmon.wire import RECEIVE_LIMIT_BYTES
 
 log = logging.getLogger("xmon.daemon")
 
@@ -229,7 +230,9 @@ class Daemon:
         _bound_hub(self.hub, self.config, self.descriptors)
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", limit),
+                # Larger agent messages come in parts (xmon.wire): gRPC holds a stream's
+                # whole message before the daemon reads it, so this bounds what each can.
+                ("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES),
                 ("grpc.max_send_message_length", limit),
                 # Reports are small and the socket is local: bandwidth-delay probing (a ping
                 # after each burst of data) would only wake gRPC's threads.

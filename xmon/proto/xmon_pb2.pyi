@@ -372,29 +372,43 @@ class CommandResult(_message.Message):
     traced_seconds: float
     def __init__(self, command_id: _Optional[int] = ..., ok: _Optional[bool] = ..., message: _Optional[str] = ..., paths: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., hlo_gzip: _Optional[bytes] = ..., traced_seconds: _Optional[float] = ...) -> None: ...
 
+class MessagePart(_message.Message):
+    __slots__ = ("index", "last", "data")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    last: bool
+    data: bytes
+    def __init__(self, index: _Optional[int] = ..., last: _Optional[bool] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "report", "result", "execution_sample", "oom")
+    __slots__ = ("hello", "report", "result", "execution_sample", "oom", "part")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     OOM_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
     hello: AgentHello
     report: AgentReport
     result: CommandResult
     execution_sample: ExecutionSample
     oom: OomReport
-    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ..., oom: _Optional[_Union[OomReport, _Mapping]] = ...) -> None: ...
+    part: MessagePart
+    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ..., oom: _Optional[_Union[OomReport, _Mapping]] = ..., part: _Optional[_Union[MessagePart, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("protocol_version", "daemon_version", "period_seconds")
+    __slots__ = ("protocol_version", "daemon_version", "period_seconds", "max_part_bytes")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
     PERIOD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PART_BYTES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     daemon_version: str
     period_seconds: float
-    def __init__(self, protocol_version: _Optional[int] = ..., daemon_version: _Optional[str] = ..., period_seconds: _Optional[float] = ...) -> None: ...
+    max_part_bytes: int
+    def __init__(self, protocol_version: _Optional[int] = ..., daemon_version: _Optional[str] = ..., period_seconds: _Optional[float] = ..., max_part_bytes: _Optional[int] = ...) -> None: ...
 
 class StartTrace(_message.Message):
     __slots__ = ("duration_ms", "log_dir", "annotation_json")
