@@ -10,7 +10,7 @@ import pytest
 
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution import rates
-from xmon.execution.ledger import JobLedger, ledger_rates, snap
+from xmon.execution.ledger import JobLedger, ledger_rates, nearest_whole, per_step_ratio
 from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample
 from xmon.model import Program
 from xmon.proto import xmon_pb2
@@ -239,11 +239,26 @@ def test_reader_parses_one_sample_at_a_time_and_refuses_implausible_ones() -> No
     assert ledger.parse_errors_total == 1
 
 
-@pytest.mark.parametrize(("ratio", "snapped"), [
-    (0.9, 1.0), (1.12, 1.0), (4.4, 4.0), (0.27, 0.25), (1.5, 1.5), (0.4, 0.4), (2.5, 2.5),
+@pytest.mark.parametrize(("ratio", "whole"), [
+    (0.9, 1.0), (1.12, 1.0), (4.4, 4.0), (0.27, 0.25), (1.5, None), (0.4, None), (2.5, None),
+    (0.0, None),
 ])  # fmt: skip
-def test_dominant_executions_per_step_snap_to_whole_numbers(ratio: float, snapped: float) -> None:
-    assert snap(ratio) == pytest.approx(snapped)
+def test_dominant_executions_per_step_snap_to_whole_numbers(
+    ratio: float, whole: float | None
+) -> None:
+    assert nearest_whole(ratio) == (None if whole is None else pytest.approx(whole))
+
+
+@pytest.mark.parametrize(("ratios", "pooled", "expected"), [
+    ([1.0, 1.02, 0.98, 1.0, 0.1], 0.82, 1.0),  # one sample descheduled: the median holds
+    ([0.80, 0.83, 0.845, 1.1, 1.15], 0.945, 1.0),  # three ran ahead: the pooled ratio holds
+    ([1.5, 1.45, 1.55], 1.5, 1.5),  # neither is whole: as measured
+    ([3.9, 4.1, 4.0], 4.0, 4.0),  # 4 micro-steps
+])  # fmt: skip
+def test_the_ratio_a_step_is_whole_if_the_median_or_the_pooled_ratio_is(
+    ratios: list[float], pooled: float, expected: float
+) -> None:
+    assert per_step_ratio(ratios, pooled) == pytest.approx(expected)
 
 
 def test_jittery_step_markers_still_give_one_execution_a_step() -> None:
@@ -252,6 +267,42 @@ def test_jittery_step_markers_still_give_one_execution_a_step() -> None:
     begins = [0.0, 0.001, 0.002, 0.05, 0.051, 0.09, 0.11, 0.13, 0.15, 0.17, 0.19]
     reading = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True)
     assert ledger_rates([reading]).executions_per_step[7] == pytest.approx(1.0)
+
+
+def stepped_reading(executions: int, steps: float, whole_periods: bool = True) -> SampleReading:
+    """A 1 s sample of a job marking steps, its dominant program 7 run ``executions`` times."""
+    return SampleReading(
+        started_at=0.0, duration_seconds=1.0, core_seconds=1.0, executions={7: executions},
+        dominant=7, steps_marked=True, steps_in_core=steps, device_busy_seconds={0: 0.5},
+        program_device_seconds={7: 0.5}, program_device_runs={7: executions},
+        whole_periods=whole_periods,
+    )  # fmt: skip
+
+
+def test_markers_running_ahead_in_bursts_pool_to_one_execution_a_step() -> None:
+    # Measured under load: the host's markers ran ahead of the device in one sample (0.87) and
+    # the device caught up in the next (1.16). Three samples in five ran ahead: their median
+    # (0.84) is no whole number; pooled over the samples the bursts cancel.
+    readings = [stepped_reading(n, 100.0) for n in (80, 120, 82, 118, 84)]
+    rates = ledger_rates(readings)
+    assert rates.executions_per_step[7] == pytest.approx(1.0)
+    assert rates.steps_per_second == pytest.approx(484 / 5.0)
+    # A sample in which the job was descheduled moves the pooled ratio, not the median.
+    readings = [stepped_reading(n, 100.0) for n in (100, 102, 98, 100, 10)]
+    assert ledger_rates(readings).executions_per_step[7] == pytest.approx(1.0)
+
+
+def test_a_sample_without_whole_periods_gives_no_ratio() -> None:
+    # The job's first marked steps at the very end of a sample: 2 begins 10 ms apart (100
+    # steps/s) and 1 execution; the rate it shows is no rate of the job's.
+    first = stepped_reading(1, 102.0, whole_periods=False)
+    steady = [stepped_reading(50, 50.0) for _ in range(4)]
+    rates = ledger_rates([first, *steady])
+    assert rates.executions_per_step[7] == pytest.approx(1.0)
+    assert rates.steps_per_second == pytest.approx(50.0)
+    # Steps longer than a sample: no sample has whole periods, and they are all there is.
+    slow = [stepped_reading(1, 0.5, whole_periods=False) for _ in range(4)]
+    assert ledger_rates(slow).executions_per_step[7] == pytest.approx(2.0)
 
 
 def alternating_space(period_ms: float, steps: int, eval_ms: float) -> xp.XSpace:

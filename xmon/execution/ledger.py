@@ -135,27 +135,36 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
 
     Each sample measures two rates over whole periods: the dominant program's and the steps'.
     Their ratio, the dominant program's executions per step, is a whole number in a training
-    loop (1, or k micro-steps) but carries the jitter of asynchronous dispatch (step markers
-    run ahead of the device in bursts), so it is taken to the nearest whole number (or whole
-    fraction) when within ``SNAP_TOLERANCE`` of one. Other programs count relative to the
-    dominant one over the same core windows, which is exact for programs in lockstep with it.
+    loop (1, or k micro-steps) but carries the jitter of asynchronous dispatch, so it is
+    taken to the nearest whole number (or whole fraction) within ``SNAP_TOLERANCE`` of it
+    (:func:`per_step_ratio`). Other programs count relative to the dominant one over the same
+    core windows, which is exact for programs in lockstep with it.
     """
     stepped = [s for s in samples if s.steps_in_core and s.dominant is not None]
     if any(s.steps_marked for s in stepped):
-        # Samples taken before the job's first marked step (start-up: random init, data
+        # Samples taken before the job's first marked steps (start-up: random init, data
         # loading) would count their busiest program's runs as steps.
         stepped = [s for s in stepped if s.steps_marked]
+    # A sample without whole periods of its dominant program holds no rate to compare (one
+    # where the first marked steps came at its very end showed 1 execution for 102 steps);
+    # only when no sample has whole periods (steps longer than a sample) are they used.
+    stepped = [s for s in stepped if s.whole_periods] or stepped
     # The dominant program can differ between samples (two programs with about equal device
     # time): each sample's steps come from the ratio measured for its own dominant program.
     ratios: defaultdict[int, list[float]] = defaultdict(list)
+    executions_of: defaultdict[int, float] = defaultdict(float)
+    steps_of: defaultdict[int, float] = defaultdict(float)
     for sample in stepped:
         if sample.dominant is not None and sample.steps_in_core:
-            ratios[sample.dominant].append(
-                sample.executions.get(sample.dominant, 0) / sample.steps_in_core
-            )
-    # The median: one sample taken while the host ran ahead of a starved device does not move it.
-    medians = {p: statistics.median(r) for p, r in ratios.items()}
-    per_step = {p: snap(m) for p, m in medians.items() if m > 0}
+            executions = sample.executions.get(sample.dominant, 0)
+            ratios[sample.dominant].append(executions / sample.steps_in_core)
+            executions_of[sample.dominant] += executions
+            steps_of[sample.dominant] += sample.steps_in_core
+    per_step = {
+        p: per_step_ratio(r, executions_of[p] / steps_of[p])
+        for p, r in ratios.items()
+        if executions_of[p]
+    }
     steps = sum(
         s.executions.get(s.dominant, 0) / per_step[s.dominant]
         for s in stepped
@@ -171,14 +180,32 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     return {p: n / steps for p, n in counts.items()}, steps, stepped_core
 
 
-SNAP_TOLERANCE = 0.15  # per-sample ratios scatter by 5-10 % on a loaded 2-core host
+SNAP_TOLERANCE = 0.15  # one sample's ratio scatters by up to 15 % on a loaded 2-core host
 
 
-def snap(ratio: float) -> float:
-    """``ratio`` as the nearest whole number or whole fraction (1/n) when within
-    SNAP_TOLERANCE of it, else unchanged."""
+def per_step_ratio(ratios: Sequence[float], pooled: float) -> float:
+    """The dominant program's executions per step from its samples' ``ratios`` and the ratio
+    ``pooled`` over them (their executions over their steps).
+
+    Each fails in its own way. The median ignores a sample in which the job was descheduled
+    (0.4 in a run of 1.0), which moves the pooled ratio. The pooled ratio cancels bursts: step
+    markers run ahead of the device in one sample and the device catches up in the next
+    (measured on a loaded 2-core host: 0.87, then 1.16), and when three samples in five ran
+    ahead their median is no whole number. The first that is within ``SNAP_TOLERANCE`` of a
+    whole number (or whole fraction) gives it; else the median, as measured.
+    """
+    median = statistics.median(ratios)
+    for estimate in (median, pooled):
+        whole = nearest_whole(estimate)
+        if whole is not None:
+            return whole
+    return median
+
+
+def nearest_whole(ratio: float) -> float | None:
+    """The whole number or whole fraction (1/n) within SNAP_TOLERANCE of ``ratio``, if any."""
     if ratio >= 1:
         whole = round(ratio)
-        return float(whole) if abs(ratio - whole) <= SNAP_TOLERANCE * ratio else ratio
-    whole = round(1 / ratio)
-    return 1.0 / whole if whole and abs(1 / ratio - whole) <= SNAP_TOLERANCE / ratio else ratio
+        return float(whole) if abs(ratio - whole) <= SNAP_TOLERANCE * ratio else None
+    whole = round(1 / ratio) if ratio > 0 else 0
+    return 1.0 / whole if whole and abs(1 / ratio - whole) <= SNAP_TOLERANCE / ratio else None

@@ -144,4 +144,3 @@ def step_breakdown(
         collective_seconds=mean_collective * step,
         host_seconds=(1.0 - mean_busy) * step,
     )
-

@@ -90,6 +90,10 @@ class SampleReading:
     # device ordinal -> union of its collective ops' intervals (part of its busy seconds)
     device_collective_seconds: Mapping[int, float] = field(default_factory=dict)
     last_started: int | None = None  # the program whose execution started last in the sample
+    # The core window held whole periods of the dominant program. Without one (it started
+    # too few times: the job's first marked steps at the sample's very end, a step longer than
+    # the sample) counts are over the whole sample and ``steps_in_core`` is only a guess.
+    whole_periods: bool = True
 
 
 class _Intervals:
@@ -258,6 +262,7 @@ def reading_from(
         dominant=dominant,
         steps_marked=steps_marked,
         steps_in_core=step_rate * core_seconds if step_rate is not None else None,
+        whole_periods=core is not None,
         device_busy_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
         },
