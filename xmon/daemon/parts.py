@@ -45,15 +45,13 @@ class PartJoiner:
                 self._drop()
             self._reset()
         elif self._dropping or part.index != len(self._parts):
-            self._drop(count=not self._dropping)
-            self._dropping = not part.last
+            self._let_go(part, count=not self._dropping)
             return None
         size = len(part.data)
         if self._size + size > self.max_message_bytes or (
             self.pool.in_use + size > self.pool.max_bytes
         ):
-            self._drop()
-            self._dropping = not part.last
+            self._let_go(part)
             return None
         self._parts.append(part.data)
         self._size += size
@@ -67,6 +65,11 @@ class PartJoiner:
     def close(self) -> None:
         """The stream has ended: give back what its unfinished message held."""
         self._reset()
+
+    def _let_go(self, part: xmon_pb2.MessagePart, count: bool = True) -> None:
+        """Drop the message ``part`` belongs to, and the parts of it still to come."""
+        self._drop(count)
+        self._dropping = not part.last
 
     def _drop(self, count: bool = True) -> None:
         if count:
