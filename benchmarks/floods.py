@@ -23,7 +23,6 @@ import grpc
 import psutil
 
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
-from xmon.wire import PART_BYTES, in_parts
 
 from common import machine, summary, table, today, write_section
 from flood_attacks import (
@@ -33,6 +32,7 @@ from flood_attacks import (
     config_daemon,
     hello,
     idle_connections,
+    in_part_frames,
     refused,
     report,
     scrape_seconds,
@@ -136,9 +136,8 @@ def padded_streams(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
         if pid % 2 == 0:
             streams.append(RawStream(daemon.socket_path, [hello(pid, padding=15 * MiB)]))
             continue
-        big = xmon_pb2.AgentMessage.FromString(report(padding=15 * MiB))
-        parts = [part.SerializeToString() for part in in_parts(big, PART_BYTES)]
-        streams.append(RawStream(daemon.socket_path, [hello(pid), *parts]))
+        frames = [hello(pid), *in_part_frames(report(padding=15 * MiB))]
+        streams.append(RawStream(daemon.socket_path, frames))
         attached.append(pid)
     _attached(daemon, range(attached[0], attached[-1] + 1, 2))
     yield (f"{count} streams × 15 MiB of unknown fields: {count - len(attached)} hellos (over the "
@@ -263,12 +262,9 @@ def run_flood(flood: Flood, sizes: Sizes, workdir: Path) -> list[object]:
         wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 30, "the first snapshot")
         time.sleep(1.0)
         before, refused_before = process.memory_info().rss, refused(daemon.scrape())
-        attack = flood.attack(daemon, sizes)
         with Watch(daemon) as watch:
             cpu, started = sum(process.cpu_times()[:2]), time.monotonic()
-            what = next(attack)
-            time.sleep(sizes.hold * flood.hold)
-            notes = list(attack)  # tears the flood down
+            described = _attack(flood, daemon, sizes)
             LOADS.append(os.getloadavg()[0])
             cpu_share = 100 * (sum(process.cpu_times()[:2]) - cpu) / (time.monotonic() - started)
         time.sleep(sizes.settle)
@@ -278,16 +274,21 @@ def run_flood(flood: Flood, sizes: Sizes, workdir: Path) -> list[object]:
         # object is kept: tests/faults/test_flood_residue.py). The same flood again shows
         # whether it is bounded: it reuses that memory rather than adding as much again.
         while after[-1] - before >= LEFT_BEHIND and len(after) < REPEATS:
-            again = flood.attack(daemon, sizes)
-            next(again)
-            time.sleep(sizes.hold * flood.hold)
-            list(again)
+            _attack(flood, daemon, sizes)
             time.sleep(sizes.settle)
             after.append(process.memory_info().rss)
         assert daemon.alive(), daemon.log()[-2000:]
     finally:
         daemon.stop()
-    return _row(flood.name, "; ".join([what, *notes]), (before, after), watch, cpu_share, moved)
+    return _row(flood.name, "; ".join(described), (before, after), watch, cpu_share, moved)
+
+
+def _attack(flood: Flood, daemon: Daemon, sizes: Sizes) -> list[str]:
+    """Set the flood up, hold it, tear it down; what it said of itself on the way."""
+    attack = flood.attack(daemon, sizes)
+    described = [next(attack)]
+    time.sleep(sizes.hold * flood.hold)
+    return described + list(attack)  # tears the flood down
 
 
 def _row(

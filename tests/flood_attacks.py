@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import PART_BYTES, in_parts
 
 from procs import Daemon, start_daemon
 
@@ -73,6 +74,13 @@ def padded_message(message: bytes, kind: str, padding: int) -> bytes:
     inner = padded(getattr(parsed, kind).SerializeToString(), padding)
     number = {"hello": 1, "report": 2}[kind]
     return bytes([(number << 3) | 2]) + varint(len(inner)) + inner
+
+
+def in_part_frames(message: bytes) -> list[bytes]:
+    """An encoded AgentMessage as an agent sends it: whole, or in parts when it is larger than
+    the daemon takes in one message (xmon.wire.in_parts)."""
+    parts = in_parts(xmon_pb2.AgentMessage.FromString(message), PART_BYTES)
+    return [part.SerializeToString() for part in parts]
 
 
 def hello(pid: int, devices: int = 0, padding: int = 0) -> bytes:

@@ -13,6 +13,7 @@ import asyncio
 import gc
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -74,10 +75,10 @@ def _scrape(daemon: Daemon) -> str:
         return response.read().decode()  # type: ignore[no-any-return]
 
 
-async def _until(condition: object, timeout: float = 30.0) -> None:
+async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not condition():  # type: ignore[operator]
+    while not condition():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.05)
 
@@ -97,8 +98,7 @@ def test_a_flood_of_programs_and_views_leaves_no_object_behind(tmp_path: Path) -
 
     async def served_floods() -> tuple[Counter[str], list[Counter[str]], list[int]]:
         running = asyncio.create_task(daemon.run())
-        await _until(lambda: daemon.metrics_port is not None and daemon.hub.jobs is not None)
-        await _until(lambda: config.socket_path.exists())
+        await _until(lambda: daemon.metrics_port is not None and config.socket_path.exists())
 
         async def flood(first_pid: int) -> int:
             pids = range(first_pid, first_pid + JOBS)

@@ -12,9 +12,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from xmon.proto import xmon_pb2
-from xmon.wire import PART_BYTES, in_parts
-
 from flood_attacks import (
     RawStream,
     StalledView,
@@ -22,6 +19,7 @@ from flood_attacks import (
     config_daemon,
     hello,
     idle_connections,
+    in_part_frames,
     report,
     scrape_seconds,
     series_value,
@@ -49,11 +47,10 @@ def test_padded_reports_and_hellos_are_not_kept(tmp_path: Path) -> None:
             if pid % 2 == 0:
                 streams.append(RawStream(daemon.socket_path, [hello(pid, padding=15 << 20)]))
                 continue
-            big = xmon_pb2.AgentMessage.FromString(report(padding=15 << 20))
-            parts = [p.SerializeToString() for p in in_parts(big, PART_BYTES)]
-            streams.append(RawStream(daemon.socket_path, [hello(pid), *parts], keepalive=1.0))
+            frames = [hello(pid), *in_part_frames(report(padding=15 << 20))]
+            streams.append(RawStream(daemon.socket_path, frames, keepalive=1.0))
             wait_for(lambda p=pid: f'pid="{p}"' in daemon.scrape(), 20, f"stream {pid}")  # type: ignore[misc]
-        rejected = 'xmon_daemon_reports_rejected_total'
+        rejected = "xmon_daemon_reports_rejected_total"
         wait_for(lambda: series_value(daemon, rejected) == 8, 20, "the 8 padded hellos' end")
         time.sleep(11)  # the daemon gives freed memory back to the system every 10 s
         growth = (process.memory_info().rss - before) / 2**20

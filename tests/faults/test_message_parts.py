@@ -18,7 +18,15 @@ from xmon.daemon.parts import JoiningPool, PartJoiner
 from xmon.proto import xmon_pb2
 from xmon.wire import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
 
-from flood_attacks import RawStream, close_all, config_daemon, hello, padded, report
+from flood_attacks import (
+    RawStream,
+    close_all,
+    config_daemon,
+    hello,
+    in_part_frames,
+    padded,
+    report,
+)
 from procs import wait_for
 
 MiB = 2**20
@@ -124,7 +132,7 @@ def test_a_real_daemon_takes_a_large_message_in_parts_and_refuses_it_whole(
     try:
         big = xmon_pb2.AgentMessage.FromString(padded(report(programs=2000), 3 * MiB))
         assert big.ByteSize() > RECEIVE_LIMIT_BYTES
-        frames = [hello(100)] + [p.SerializeToString() for p in in_parts(big, PART_BYTES)]
+        frames = [hello(100), *in_part_frames(big.SerializeToString())]
         streams.append(RawStream(daemon.socket_path, frames, keepalive=1.0))
         with DaemonClient(daemon.socket_path) as client:
 
