@@ -84,6 +84,23 @@ def test_an_oom_leaving_a_step_is_reported_once_with_what_was_held(agent: Any) -
     del held
 
 
+def test_an_array_whose_computation_failed_is_held_by_the_job_and_left_out(agent: Any) -> None:
+    """The job keeps the output of the computation that ran out of memory (async dispatch hands
+    it back before the allocation fails): its buffer never exists, asking for its address would
+    abort the job, and it holds no memory."""
+    watch, sent = agent
+    held = jnp.ones((256, 256), jnp.float32)
+    failed = expand(jnp.ones((4096,), jnp.float32))  # dispatched; fails when it runs
+    with pytest.raises(jax.errors.JaxRuntimeError):
+        with xmon.step():
+            failed.block_until_ready()
+    (report,) = sent
+    assert [list(a.shape) for a in report.largest_arrays][0] == [256, 256]
+    assert all(list(a.shape) != [1 << 30, 4096] for a in report.largest_arrays)
+    assert report.live_bytes_total < 1 << 40  # the failed 16 TiB output is not counted
+    del held, failed
+
+
 def test_uncaught_errors_reach_the_hooks_that_were_there(
     agent: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

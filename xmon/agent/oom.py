@@ -108,18 +108,24 @@ def largest_arrays(
     total = 0
     for nbytes, array in sized:
         parts = _parts(array)
-        new = [(key, device, size) for key, device, size in parts if key not in seen]
+        if parts == []:
+            continue  # its computation failed (the allocation that ran out, say): holds nothing
+        new = [(key, device, size) for key, device, size in parts or () if key not in seen]
         if parts and not new:
             continue  # a view of buffers counted already
         seen.update(key for key, _, _ in new)
         total += sum(size for _, _, size in new) if parts else nbytes
         if len(rows) < keep:
-            rows.append(_live_array(array, nbytes, parts))
+            rows.append(_live_array(array, nbytes, parts or []))
     return rows, total
 
 
-def _parts(array: Any) -> list[tuple[tuple[int, int], int, int]]:
-    """((buffer address, device), device id, bytes) of each of the array's buffers."""
+def _parts(array: Any) -> list[tuple[tuple[int, int], int, int]] | None:
+    """((buffer key, device), device id, bytes) of each of the array's buffers that holds
+    memory; [] when none does (its computation failed); None when they cannot be read (donated
+    or freed while we looked). The key is the buffer's address where the buffer exists, and the
+    piece itself while its computation is still running: asking a buffer not yet made for its
+    address aborts the process (XLA's ``Check failed: buffer_.IsConcrete()``)."""
     try:
         if len(array.sharding.device_set) == 1:
             pieces = [array]
@@ -127,11 +133,28 @@ def _parts(array: Any) -> list[tuple[tuple[int, int], int, int]]:
             pieces = getattr(array, "_arrays", None) or [s.data for s in array.addressable_shards]
         out = []
         for piece in pieces:
+            state = _buffer_state(piece)
+            if state == "failed":
+                continue
             device = int(next(iter(piece.sharding.device_set)).id)
-            out.append(((int(piece.unsafe_buffer_pointer()), device), device, int(piece.nbytes)))
+            address = id(piece) if state == "pending" else int(piece.unsafe_buffer_pointer())
+            out.append(((address, device), device, int(piece.nbytes)))
         return out
     except Exception:  # noqa: BLE001 - donated or freed while we looked: no per-device bytes
-        return []
+        return None
+
+
+def _buffer_state(piece: Any) -> str:
+    """"pending" while its computation runs, "failed" when it raised, else "ready"."""
+    if piece.is_deleted():
+        return "failed"
+    if not piece.is_ready():
+        return "pending"
+    try:
+        piece.block_until_ready()  # ready: returns at once, or raises the computation's error
+    except Exception:  # noqa: BLE001 - the error is the job's; here it only says "no buffer"
+        return "failed"
+    return "ready"
 
 
 def _live_array(
