@@ -198,3 +198,6 @@ def _job_process_and_agent(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> 
     b.add("xmon_agent_reconnects_total", key, a.reconnects_total)
     b.add("xmon_agent_overhead_seconds_total", key, a.overhead_seconds_total)
     b.add("xmon_agent_last_report_timestamp_seconds", key, job.last_report_at or None)
+    for capability in job.capabilities:
+        labels = (*key, capability.name, capability.unavailable_reason)
+        b.add("xmon_agent_capability_available", labels, capability.available)

@@ -30,6 +30,7 @@ from xmon.exporters.prometheus import (
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME
 from xmon.model import (
     AgentHealth,
+    Capability,
     CaptureCount,
     CollectorHealth,
     CompileStats,
@@ -129,6 +130,7 @@ def train_job(n_programs: int = 60) -> Job:
         fleet=FleetIdentity("10.0.0.2:8476/4", process_index=2, process_count=4, slice_index=0,
                             worker="w-2", distributed=True),
         step_breakdown=StepBreakdown(0.5, 0.3, 0.15, 0.05),
+        capabilities=(Capability("ledger"), Capability("loop_cost", "no HLO text parser")),
     )  # fmt: skip
 
 
@@ -281,6 +283,9 @@ EXPECTED = [
     (key("xmon_job_device_busy_ratio", **DEV0), 0.0),  # measured idle: 0, not absent
     (key("xmon_agent_ledger_samples_total", **TRAIN), 40.0),
     (key("xmon_agent_ledger_samples_skipped_total", **TRAIN), 2.0),
+    (key("xmon_agent_capability_available", **TRAIN, capability="ledger", reason=""), 1.0),
+    (key("xmon_agent_capability_available", **TRAIN, capability="loop_cost",
+         reason="no HLO text parser"), 0.0),
     (key("xmon_job_ledger_parse_errors_total", **TRAIN), 1.0),
     (key("xmon_job_ledger_samples", **TRAIN), 8.0),
     (key("xmon_job_ledger_sampled_seconds", **TRAIN), 0.8),

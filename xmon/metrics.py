@@ -271,6 +271,10 @@ _PROCESS_METRICS = (
        JOB, "seconds", "Job.agent.overhead_seconds_total"),
     _g("xmon_agent_last_report_timestamp_seconds", "Unix time of the job's last report.",
        JOB, "seconds", "Job.last_report_at"),
+    _g("xmon_agent_capability_available", "1 where the agent has this capability on the job's "
+       "jax and Python, 0 where it does not, with the reason (a private detail this jax lacks, "
+       "or an access that failed at run time).", (*JOB, "capability", "reason"), "",
+       "Job.capabilities[]"),
 )
 
 _LEDGER_METRICS = (

@@ -360,6 +360,20 @@ class AgentHealth:
 
 
 @dataclass(frozen=True)
+class Capability:
+    """One capability of the agent on the job's jax and Python (xmon.agent.internals): the
+    ledger, the program catalogue, loop costs, recompile causes, stall stacks, memory readings,
+    the job identity. Each stands on a private jax or CPython detail that a release may move."""
+
+    name: str
+    unavailable_reason: str = ""  # "" where available; else what is missing or failed
+
+    @property
+    def available(self) -> bool:
+        return not self.unavailable_reason
+
+
+@dataclass(frozen=True)
 class LedgerStats:
     """The execution ledger of a job as the daemon holds it (xmon.execution.ledger)."""
 
@@ -405,6 +419,7 @@ class Job:
     findings: tuple[Finding, ...] = ()  # diagnoses of this job (xmon.findings), worst first
     fleet: FleetIdentity | None = None  # None until the job's backend is up
     step_breakdown: StepBreakdown | None = None  # None before a ledger sample with a step rate
+    capabilities: tuple[Capability, ...] = ()  # as the agent reports them; () from older agents
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from xmon.findings.memory import detect_leak, fit
 from xmon.findings.setup import detect_setup
 from xmon.findings.stall import detect_stall, stall_threshold
 from xmon.model import (
+    Capability,
     CompileStats,
     DeviceInfo,
     DeviceMemory,
@@ -164,3 +165,18 @@ def test_setup() -> None:
     cold = CompileStats(cache_requests_total=30, cache_misses_total=30)
     assert "cache_never_hits" in kinds(detect_setup(job(compile=cold), 100.0, 1.0))
     assert all(f.severity == "info" for f in detect_setup(job(compile=cold), 100.0, 1.0))
+
+
+def test_a_capability_unavailable_is_a_warning_that_names_it_and_its_reason() -> None:
+    available = (Capability("ledger"), Capability("catalogue"))
+    assert "capability_unavailable" not in kinds(detect_setup(job(capabilities=available), 9, 1))
+    lost = (Capability("ledger", "jax._src.profiler._profile_state not found"),
+            Capability("catalogue"), Capability("loop_cost", "no HLO text parser"))  # fmt: skip
+    (finding,) = [f for f in detect_setup(job(capabilities=lost), 9.0, 1.0)
+                  if f.kind == "capability_unavailable"]  # fmt: skip
+    assert finding.severity == "warning" and finding.subject == "ledger, loop_cost"
+    assert dict(finding.evidence) == {
+        "ledger": "jax._src.profiler._profile_state not found",
+        "loop_cost": "no HLO text parser",
+    }
+    assert "FLOPs per step" in finding.fix and "jax 0.10 to 0.12" in finding.fix

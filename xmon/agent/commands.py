@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xmon.agent import internals
 from xmon.agent.hlo_store import HloStore
 from xmon.proto import xmon_pb2
 
@@ -231,10 +232,8 @@ def _reset_profiler_state() -> None:
     # jax.profiler.stop_trace() keeps its session when the export fails, and every later
     # start_trace() in this process would then answer "Profile has already been started".
     try:
-        from jax._src import profiler
-
-        state = getattr(profiler, "_profile_state", None)
-        if state is not None and state.profile_session is not None:
+        state = internals.profiler_state()
+        if state.session_running():
             state.reset()
     except Exception:  # noqa: BLE001 - a jax without that private state: nothing to reset
         pass

@@ -4,7 +4,7 @@ Two sources, joined on the compiling thread:
 
 * public ``jax.monitoring`` listeners give compile-phase durations (with ``fun_name`` since
   jax 0.6.1) and persistent-cache requests/hits/misses;
-* a pass-through wrapper around ``jax._src.compiler.compile_or_get_cached`` sees every
+* a pass-through wrapper around jax's ``compile_or_get_cached`` (xmon.agent.internals) sees every
   executable XLA builds or loads from the persistent cache (jit, pjit, pmap, eager primitives),
   so cost and memory analysis are recorded for every program without any change to user code.
   It is private API, but the only place that hands out the executable; its name and
@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from xmon.agent import internals
 from xmon.agent.explanations import CacheMissExplanations
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.agent.signatures import describe_compile
@@ -298,6 +299,7 @@ class CompileHooks:
         self._recorder = recorder
         self._original: Callable[..., Any] | None = None
         self._wrapper: Callable[..., Any] | None = None
+        self._compiler: Any = None  # the module whose compile function is wrapped
         self.executable_hook_installed = False
         self.error_listener: Callable[[BaseException], None] | None = None  # a failed compile
 
@@ -311,14 +313,10 @@ class CompileHooks:
 
     def _install_executable_hook(self) -> None:
         try:
-            from jax._src import compiler
-        except ImportError:
-            log.warning("xmon: jax._src.compiler not found; programs will not be catalogued")
-            return
-        original = getattr(compiler, "compile_or_get_cached", None)
-        if original is None:
-            log.warning("xmon: this jax has no compile_or_get_cached; no program catalogue")
-            return
+            compiler = internals.compiler_module()
+        except internals.Unavailable:
+            return  # the capability says so (xmon.agent.capabilities)
+        original = getattr(compiler, internals.COMPILE_FUNCTION)
         recorder, hooks = self._recorder, self
 
         def compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
@@ -333,7 +331,8 @@ class CompileHooks:
             return executable
 
         compile_or_get_cached.__wrapped__ = original  # type: ignore[attr-defined]
-        compiler.compile_or_get_cached = compile_or_get_cached
+        setattr(compiler, internals.COMPILE_FUNCTION, compile_or_get_cached)
+        self._compiler = compiler
         self._original, self._wrapper = original, compile_or_get_cached
         self.executable_hook_installed = True
 
@@ -351,10 +350,9 @@ class CompileHooks:
                     unregister(callback)
             except Exception:  # noqa: BLE001 - already gone
                 pass
-        if self._original is not None:
-            from jax._src import compiler
-
+        compiler = self._compiler
+        if self._original is not None and compiler is not None:
             # Only restore if nobody wrapped it after us; otherwise leave the chain intact.
-            if compiler.compile_or_get_cached is self._wrapper:
-                compiler.compile_or_get_cached = self._original
+            if getattr(compiler, internals.COMPILE_FUNCTION, None) is self._wrapper:
+                setattr(compiler, internals.COMPILE_FUNCTION, self._original)
         self.executable_hook_installed = False

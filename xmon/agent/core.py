@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from xmon import __version__, paths
-from xmon.agent import memory
+from xmon.agent import internals, memory
+from xmon.agent.capabilities import Capabilities
 from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
@@ -25,7 +26,7 @@ from xmon.agent.stall import StallWatch
 from xmon.agent.steps import StepAnnotationHook, StepTimer
 from xmon.agent.transport import Outgoing, Transport
 from xmon.findings.recompiles import FunctionRow
-from xmon.fleet.identity import ProcessIdentity, distributed_coordinator, identify
+from xmon.fleet.identity import ProcessIdentity, identify
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names
@@ -64,6 +65,7 @@ class Agent:
         self.socket_path = socket_path or paths.default_socket_path(env)
         self._env = env  # read again for each hello (XMON_SEND_SECRETS)
         self.started_at = time.time()
+        self.capabilities = Capabilities(internals.probe())
         self.steps = StepTimer()
         self.live_memory = LiveMemory(self.steps)  # the CPU fallback for bytes in use
         self.declared_tokens_per_step: float | None = None  # xmon.declare_model_flops
@@ -89,6 +91,7 @@ class Agent:
             self._send_sample,
             self._sampling_wanted,
             step_begins=lambda: self.steps.begin_times,
+            capabilities=self.capabilities,
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -173,13 +176,20 @@ class Agent:
                     self._devices,
                     self._env,
                     self._declared_job_key,
-                    distributed_coordinator(),
+                    self._coordinator(),
                     _process_index(),
                     _process_count(),
                 )
             )
         except Exception as exc:  # noqa: BLE001 - the job's other numbers still go out
             log.debug("xmon: process identity unknown: %r", exc)
+
+    def _coordinator(self) -> tuple[str, int] | None:
+        try:
+            return internals.distributed_coordinator()
+        except internals.Unavailable as exc:
+            self.capabilities.lost("job_identity", str(exc))
+            return None
 
     def _hello(self) -> xmon_pb2.AgentMessage:
         import jax
@@ -229,6 +239,10 @@ class Agent:
             compile_functions=[_function_proto(f) for f in self.compiles.recompiled_functions()],
             stall=self.stall.report(),
             process=self._identity,
+            capabilities=[
+                xmon_pb2.Capability(name=name, unavailable_reason=reason)
+                for name, reason in self.capabilities.states()
+            ],
         )
         return xmon_pb2.AgentMessage(report=report), programs
 

@@ -18,7 +18,9 @@ import re
 import threading
 from collections import OrderedDict
 
-LOGGER = "jax._src.interpreters.partial_eval"
+from xmon.agent import internals
+
+LOGGER = internals.EXPLAIN_LOGGER
 MARK = "TRACING CACHE MISS"
 MAX_TEXT = 1024
 MAX_PENDING = 256  # functions with an explanation not yet taken by a compile

@@ -15,11 +15,12 @@ import builtins
 import dis
 import functools
 import inspect
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any
+
+from xmon.agent import internals
 
 _CALLS = frozenset(
     {"CALL", "PRECALL", "CALL_KW", "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_FUNCTION_EX",
@@ -95,7 +96,7 @@ def _resolved(frame: FrameType, loads: Iterable[tuple[str, str]]) -> Iterator[An
 
 def _frames(skip: Iterable[int]) -> dict[int, FrameType]:
     own = set(skip)
-    return {i: f for i, f in sys._current_frames().items() if i not in own}
+    return {i: f for i, f in internals.thread_frames().items() if i not in own}
 
 
 def dispatch_marks(skip: Iterable[int] = ()) -> tuple[tuple[int, int, int], ...] | None:
@@ -130,7 +131,7 @@ def jitted_call(thread: int | None) -> str:
     innermost of its frames stopped on a call whose call site names a jitted function, "" when
     none does. A stall inside a computation (a host callback that blocks, a collective that
     waits) is a stall inside that call on the dispatching thread."""
-    frame = sys._current_frames().get(thread) if thread is not None else None
+    frame = internals.thread_frames().get(thread) if thread is not None else None
     for _ in range(MAX_CALLER_FRAMES):
         if frame is None:
             break

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xmon.agent import internals
 from xmon.model import DeviceInfo
 
 
@@ -19,10 +20,8 @@ def backends_ready() -> bool:
     and break ``jax.distributed.initialize()``, which must run before any backend exists.
     """
     try:
-        from jax._src import xla_bridge
-
-        return bool(xla_bridge.backends_are_initialized())
-    except Exception:  # noqa: BLE001 - older jax: assume ready once something compiled
+        return internals.backends_initialized()
+    except Exception:  # noqa: BLE001 - a jax without it: assume ready once something compiled
         return True
 
 

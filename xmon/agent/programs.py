@@ -12,27 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from xmon.agent import internals
 from xmon.execution.loop_cost import LoopCost, XlaCost, loop_cost
 from xmon.model import Program
 
 # Backends whose XLA lowers dots to library custom-calls that cost analysis does not count.
 _CUSTOM_CALL_GEMM_PLATFORMS = frozenset({"gpu", "cuda", "rocm"})
-# Where jaxlib keeps its HLO text parser: jaxlib._hlo since 0.9, xla_client._xla before.
-_TEXT_PARSERS = (("jaxlib._hlo", "hlo_module_from_text"), ("jax._src.lib", "_xla"))
 
 
 def module_name(computation: Any) -> str:
     """HLO module name (``jit_f``) from the MLIR module's ``sym_name`` attribute."""
     try:
-        from jax._src.lib.mlir import ir
-
-        return str(ir.StringAttr(computation.operation.attributes["sym_name"]).value)
-    except Exception:  # noqa: BLE001
+        return internals.mlir_module_name(computation)
+    except Exception:  # noqa: BLE001 - not an MLIR module, or this jax keeps it elsewhere
         return "unknown"
 
 
@@ -129,37 +125,19 @@ def describe_executable(computation: Any, executable: Any) -> Program:
 
 def xla_cost_function(executable: Any) -> XlaCost | None:
     """XLA's cost analysis of an HLO module text, on the executable's own client, or None
-    where this jaxlib lacks the private APIs (``hlo_module_from_text``,
-    ``_xla.hlo_module_cost_analysis``): then loop bodies cannot be costed alone."""
+    where this jaxlib lacks it (xmon.agent.internals): then loop bodies cannot be costed
+    alone."""
     try:
-        from jax._src.lib import xla_client
-
-        analyse = xla_client._xla.hlo_module_cost_analysis
+        analyse = internals.hlo_cost_analysis()
         client = executable.client
     except Exception:  # noqa: BLE001 - private API: absent means "cannot"
         return None
-    parse = _text_parser()
-    if parse is None or not callable(analyse):
-        return None
 
     def cost(text: str) -> Mapping[str, float] | None:
-        result = analyse(client, parse(text))
+        result = analyse(client, text)
         return result if isinstance(result, dict) else None
 
     return cost
-
-
-def _text_parser() -> Callable[[str], Any] | None:
-    for module_name, attribute in _TEXT_PARSERS:
-        try:
-            found: Any = getattr(importlib.import_module(module_name), attribute)
-        except Exception:  # noqa: BLE001
-            continue
-        if attribute == "_xla":  # older jaxlib: xla_client._xla.hlo_module_from_text
-            found = getattr(found, "hlo_module_from_text", None)
-        if callable(found):
-            return found  # type: ignore[no-any-return]
-    return None
 
 
 def analyse_loops(executable: Any, text: str) -> LoopCost:

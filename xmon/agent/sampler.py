@@ -1,19 +1,19 @@
 """Execution samples: short profiler sessions in memory, sent to the daemon unread.
 
-JAX's C++ dispatch path runs compiled programs with no Python hook, so the job cannot count
-its own executions cheaply; XLA's profiler sees every one. Every ``interval`` seconds (with
-jitter, so the samples never lock onto the job's step phase) this thread records the job for
+JAX's C++ dispatch path runs compiled programs with no Python hook, so the job cannot count its
+own executions cheaply; XLA's profiler sees every one. Every ``interval`` seconds (with jitter,
+so the samples never lock onto the job's step phase) this thread records the job for
 ``duration`` seconds with ``jaxlib``'s ``ProfilerSession``, whose ``stop()`` returns the
 serialized XSpace without writing files, and hands the bytes to the transport. Parsing happens
 in the daemon (xmon.execution.ledger), never in the job.
 
 Never colliding with the user's profiler use or with a capture: a sample holds jax's own
-profiler lock (``jax._src.profiler._profile_state.lock``, the one ``jax.profiler.start_trace``
-takes) for its whole session, and skips (and counts) when a session is already running or the
-lock is held. A ``start_trace`` that arrives during a sample therefore waits for it (at most
-``duration`` plus the session's stop) instead of failing. A session started by the profiler
-server (remote capture) is not visible to Python: the sample then fails to start and is counted
-as skipped, and the remote capture is unaffected.
+profiler lock (the one ``jax.profiler.start_trace`` takes, reached through
+:mod:`xmon.agent.internals`) for its whole session, and skips (and counts) when a session is
+already running or the lock is held. A ``start_trace`` that arrives during a sample therefore
+waits for it (at most ``duration`` plus the session's stop) instead of failing. A session
+started by the profiler server (remote capture) is not visible to Python: the sample then fails
+to start and is counted as skipped, and the remote capture is unaffected.
 
 The default duty cycle (``DEFAULT_DURATION`` / ``DEFAULT_INTERVAL``) was chosen by measurement;
 see docs/benchmarks.md ("Execution ledger").
@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xmon.agent import internals
+from xmon.agent.capabilities import Capabilities
 from xmon.proto import xmon_pb2
 
 log = logging.getLogger("xmon.agent")
@@ -42,6 +44,9 @@ MAX_SAMPLE_BYTES = 8 * 1024 * 1024  # a sample larger than this is dropped, not 
 JITTER = 0.2  # the interval varies by up to this share either way
 MAX_STEP_BEGINS = 4096
 STOP_WAIT_SECONDS = 30.0  # collecting a session takes seconds on a loaded host
+# Sessions in a row that fail to start or stop (not those skipped because the profiler was
+# busy) before the ledger is reported unavailable: one can fail on a transient error.
+FAILURES_UNTIL_UNAVAILABLE = 3
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,11 @@ class ExecutionSampler:
         send: Callable[[xmon_pb2.ExecutionSample], bool],
         ready: Callable[[], bool],
         step_begins: Callable[[], Sequence[float]] = tuple,
+        capabilities: Capabilities | None = None,
     ) -> None:
         self.config = config
+        self._capabilities = capabilities or Capabilities(internals.probe())
+        self._failures = 0  # sessions in a row that failed
         self._send = send
         self._ready = ready
         self._step_begins = step_begins  # perf_counter readings of marked step begins
@@ -129,10 +137,14 @@ class ExecutionSampler:
 
     def sample_once(self) -> bool:
         """Record one sample and send it; False when skipped (never raises)."""
+        if not self._capabilities.available("ledger"):
+            self.skipped_total += 1
+            return False
         try:
             sample = self._record()
+            self._failures = 0
         except Exception as exc:  # noqa: BLE001 - a failed session must not end the thread
-            log.debug("xmon: execution sample failed: %r", exc)
+            self._failed(exc)
             sample = None
         if sample is None:
             self.skipped_total += 1
@@ -143,28 +155,33 @@ class ExecutionSampler:
         self.samples_total += 1
         return True
 
-    def _record(self) -> xmon_pb2.ExecutionSample | None:
-        from jax._src import profiler as jax_profiler
+    def _failed(self, exc: Exception) -> None:
+        log.debug("xmon: execution sample failed: %r", exc)
+        self._failures += 1
+        if isinstance(exc, internals.Unavailable):
+            self._capabilities.lost("ledger", str(exc))
+        elif self._failures >= FAILURES_UNTIL_UNAVAILABLE:
+            reason = f"{self._failures} profiler sessions in a row failed: {exc!r}"
+            self._capabilities.lost("ledger", reason)
 
-        state = jax_profiler._profile_state
+    def _record(self) -> xmon_pb2.ExecutionSample | None:
+        state = internals.profiler_state()
         if self._stop.is_set():
             return None  # the job is ending: no new session to wait for
         if not state.lock.acquire(blocking=False):
             return None  # a start_trace or stop_trace is running right now
         try:
-            if state.profile_session is not None:
+            if state.session_running():
                 return None  # the user's (or a capture's) trace is running
             return self._session()
         finally:
             state.lock.release()
 
     def _session(self) -> xmon_pb2.ExecutionSample | None:
-        from jax._src.lib import _profiler
-
-        options = _options(_profiler)
+        options = _options(internals.profile_options())
         started_at = time.time()
         opened = time.perf_counter()
-        session = _profiler.ProfilerSession(options)
+        session = internals.start_raw_session(options)
         running = time.perf_counter()
         self._stop.wait(self.config.duration)
         stopping = time.perf_counter()
@@ -183,8 +200,7 @@ class ExecutionSampler:
         )
 
 
-def _options(profiler: Any) -> Any:
-    options = profiler.ProfileOptions()
+def _options(options: Any) -> Any:
     options.python_tracer_level = 0  # Python function events: costly and not needed here
     # Level 1 keeps XLA's op events (the CPU backend records device work on host threads)
     # and drops the verbose host TraceMes of levels 2-3.

@@ -10,10 +10,11 @@ in the lowered module. When a jax version names them differently the arguments a
 
 from __future__ import annotations
 
-import sys
+import inspect
 from types import FrameType
 from typing import Any
 
+from xmon.agent import internals
 from xmon.findings.recompiles import MAX_ARGUMENTS, argument_text
 
 MAX_FRAMES = 64
@@ -31,14 +32,22 @@ def _is_library(frame: FrameType) -> bool:
 def describe_compile(start: FrameType | None = None) -> tuple[tuple[str, ...], bool]:
     """(arguments, eager) of the compile running on this thread. ``eager``: the user's code
     called a jax operation (jnp.ones, x + 1, jax.random.normal), not a function it jitted."""
-    frame: FrameType | None = start if start is not None else sys._getframe(1)
+    if start is None:
+        here = inspect.currentframe()
+        try:
+            start = here.f_back if here is not None else None
+        finally:
+            # A frame that refers to itself lives until the garbage collector runs, and with it
+            # every array its callers hold (the inspect module's own advice).
+            del here
+    frame: FrameType | None = start
     arguments: tuple[str, ...] = ()
     entry: FrameType | None = None
     for _ in range(MAX_FRAMES):
         if frame is None:
             break
-        if not arguments and frame.f_code.co_name == "from_hlo":
-            arguments = _arguments(frame.f_locals)
+        if not arguments and frame.f_code.co_name == internals.ARGUMENTS_FRAME:
+            arguments = _arguments(*internals.lowering_arguments(frame))
         if not _is_library(frame):
             break  # the innermost user frame: ``entry`` is where it called into jax
         entry, frame = frame, frame.f_back
@@ -46,11 +55,9 @@ def describe_compile(start: FrameType | None = None) -> tuple[tuple[str, ...], b
     return arguments, eager
 
 
-def _arguments(local_vars: dict[str, Any]) -> tuple[str, ...]:
-    avals = local_vars.get("global_in_avals") or ()
-    shardings = local_vars.get("in_shardings") or ()
+def _arguments(avals: tuple[Any, ...], shardings: tuple[Any, ...]) -> tuple[str, ...]:
     texts = []
-    for index, aval in enumerate(tuple(avals)[:MAX_ARGUMENTS]):
+    for index, aval in enumerate(avals[:MAX_ARGUMENTS]):
         sharding = shardings[index] if index < len(shardings) else None
         texts.append(_one(aval, sharding))
     return tuple(texts)

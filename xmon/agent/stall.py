@@ -1,21 +1,21 @@
 """Every thread's Python stack, sent while the job has not finished a step for long.
 
-Taken by the agent's reporter thread with ``sys._current_frames()``: no signal reaches the job,
-and nothing runs on the stuck thread. The stall rule is xmon.findings.stall's, on the step
-timer's clock; stacks are read at most every ``REFRESH_SECONDS`` and the text is re-sent with
-each report while the stall lasts (the daemon keeps only the latest report).
+Taken by the agent's reporter thread from every thread's frame (xmon.agent.internals): no signal
+reaches the job, and nothing runs on the stuck thread. The stall rule is xmon.findings.stall's,
+on the step timer's clock; stacks are read at most every ``REFRESH_SECONDS`` and the text is re-
+sent with each report while the stall lasts (the daemon keeps only the latest report).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
 
+from xmon.agent import internals
 from xmon.agent.in_flight import jitted_call
 from xmon.agent.steps import StepTimer
 from xmon.findings.stall import stalled
@@ -66,7 +66,7 @@ def waits_in(thread: int | None) -> str:
     this is what names the process that stopped first."""
     if thread is None:
         return ""
-    frame = sys._current_frames().get(thread)
+    frame = internals.thread_frames().get(thread)
     if frame is None:
         return ""
     return "jax" if any(p in frame.f_code.co_filename for p in _JAX_PACKAGES) else "host"
@@ -77,7 +77,7 @@ def thread_stacks(skip: int | None = None) -> str:
     """Each thread's stack, main thread first, blocks separated by a blank line."""
     me = threading.get_ident() if skip is None else skip
     names = {t.ident: t.name for t in threading.enumerate()}
-    frames = sys._current_frames()
+    frames = internals.thread_frames()
     main = threading.main_thread().ident
     order = sorted(frames, key=lambda ident: (ident != main, names.get(ident, "")))
     blocks = []

@@ -14,6 +14,7 @@ from xmon.execution import rates
 from xmon.execution.ledger import JobLedger, LedgerRates
 from xmon.model import (
     AgentHealth,
+    Capability,
     CompileEvent,
     CompileStats,
     DeviceMemory,
@@ -74,6 +75,7 @@ class JobBuilder:
             process=process,
             agent=_agent_health(report),
             ledger=_ledger_stats(state.ledger, ledger, programs),
+            capabilities=_capabilities(report),
         )
 
     def _programs(
@@ -259,3 +261,15 @@ def _agent_health(report: xmon_pb2.AgentReport | None) -> AgentHealth:
     if report is None:
         return AgentHealth()
     return AgentHealth(**fields_of(report.agent, xmon_pb2.AgentCounters))
+
+
+MAX_CAPABILITIES = 16  # the agent has 7; a report with more is cut, not trusted
+
+
+def _capabilities(report: xmon_pb2.AgentReport | None) -> tuple[Capability, ...]:
+    if report is None:
+        return ()
+    return tuple(
+        Capability(clean_label(c.name), clean_text(c.unavailable_reason))
+        for c in report.capabilities[:MAX_CAPABILITIES]
+    )

@@ -18,6 +18,7 @@ def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
         _no_peak(job, since),
         _no_model_flops(job, since),
         _cache_never_hits(job, since),
+        _capabilities_missing(job, since),
     ]
     return [f for f in found if f is not None]
 
@@ -96,6 +97,39 @@ def _cache_never_hits(job: Job, since: float) -> Finding | None:
         "jax_persistent_cache_min_compile_time_secs (1 s) are never written; lower it, check "
         "that jax_compilation_cache_dir is the same shared path on every run and host, and "
         "that the jax version and flags do not change between runs.",
+    )
+
+
+# What a user loses with each capability missing, in the finding's words.
+_LOST = {
+    "ledger": "executions per program, FLOPs per step, HFU, device busy ratio, inferred steps",
+    "catalogue": "the program catalogue (xmon programs) and every number from it",
+    "loop_cost": "loop-aware FLOPs (loop bodies are counted once: FLOPs are a lower bound)",
+    "recompile_cause": "which argument changed in the recompile finding",
+    "stall_stacks": "thread stacks in the stall finding",
+    "memory_readings": "device memory on CPU",
+    "job_identity": "the job key of a multi-process job (fleet judgements)",
+}
+
+
+def _capabilities_missing(job: Job, since: float) -> Finding | None:
+    missing = [c for c in job.capabilities if not c.available]
+    if not missing:
+        return None
+    names = ", ".join(c.name for c in missing)
+    return Finding(
+        kind="capability_unavailable",
+        severity="warning",
+        summary=f"xmon cannot measure everything on jax {job.jax_version or '?'}: {names} "
+        "unavailable",
+        since=since,
+        evidence=tuple((c.name, c.unavailable_reason) for c in missing),
+        fix="Missing: "
+        + "; ".join(_LOST.get(c.name, c.name) for c in missing)
+        + ". xmon supports jax 0.10 to 0.12 on Python 3.11 to 3.13: use one of those, or an "
+        "xmon release that supports this jax. The reason says what this jax lacks.",
+        subject=names,
+        value=float(len(missing)),
     )
 
 

@@ -36,20 +36,6 @@ class ProcessIdentity:
     worker: str
 
 
-def distributed_coordinator() -> tuple[str, int] | None:
-    """(coordinator address, number of processes) once ``jax.distributed`` is initialised."""
-    try:
-        from jax._src import distributed
-    except ImportError:
-        return None
-    state = getattr(distributed, "global_state", None)
-    address = getattr(state, "coordinator_address", None)
-    count = getattr(state, "num_processes", None)
-    if not address or not isinstance(count, int) or getattr(state, "client", None) is None:
-        return None
-    return str(address), count
-
-
 def identify(
     job_name: str,
     devices: Sequence[Any],

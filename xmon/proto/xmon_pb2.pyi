@@ -324,8 +324,16 @@ class OomReport(_message.Message):
     memory: _containers.RepeatedCompositeFieldContainer[DeviceMemorySample]
     def __init__(self, wall_time: _Optional[float] = ..., error: _Optional[str] = ..., seen_by: _Optional[str] = ..., largest_arrays: _Optional[_Iterable[_Union[LiveArray, _Mapping]]] = ..., live_arrays_total: _Optional[int] = ..., live_bytes_total: _Optional[int] = ..., memory_profile: _Optional[bytes] = ..., memory_profile_note: _Optional[str] = ..., program: _Optional[_Union[ProgramInfo, _Mapping]] = ..., program_source: _Optional[str] = ..., failed_allocation_bytes: _Optional[int] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ...) -> None: ...
 
+class Capability(_message.Message):
+    __slots__ = ("name", "unavailable_reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    unavailable_reason: str
+    def __init__(self, name: _Optional[str] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
+
 class AgentReport(_message.Message):
-    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall", "process")
+    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall", "process", "capabilities")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +347,7 @@ class AgentReport(_message.Message):
     COMPILE_FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     STALL_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     seq: int
     wall_time: float
     memory: _containers.RepeatedCompositeFieldContainer[DeviceMemorySample]
@@ -352,7 +361,8 @@ class AgentReport(_message.Message):
     compile_functions: _containers.RepeatedCompositeFieldContainer[FunctionCompiles]
     stall: StallReport
     process: ProcessIdentity
-    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ..., process: _Optional[_Union[ProcessIdentity, _Mapping]] = ...) -> None: ...
+    capabilities: _containers.RepeatedCompositeFieldContainer[Capability]
+    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ..., process: _Optional[_Union[ProcessIdentity, _Mapping]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("command_id", "ok", "message", "paths", "error_code", "hlo_gzip", "traced_seconds")
