@@ -192,4 +192,3 @@ def test_a_capability_lost_in_a_real_job_reaches_metrics_and_doctor(tmp_path: Pa
         stop.touch()
         job.stop()
         daemon.stop()
-

@@ -145,7 +145,8 @@ def _parts(array: Any) -> list[tuple[tuple[int, int], int, int]] | None:
 
 
 def _buffer_state(piece: Any) -> str:
-    """"pending" while its computation runs, "failed" when it raised, else "ready"."""
+    """The piece's buffer: "pending" while its computation runs, "failed" when it raised, else
+    "ready"."""
     if piece.is_deleted():
         return "failed"
     if not piece.is_ready():

@@ -72,7 +72,6 @@ def waits_in(thread: int | None) -> str:
     return "jax" if any(p in frame.f_code.co_filename for p in _JAX_PACKAGES) else "host"
 
 
-
 def thread_stacks(skip: int | None = None) -> str:
     """Each thread's stack, main thread first, blocks separated by a blank line."""
     me = threading.get_ident() if skip is None else skip
