@@ -26,6 +26,8 @@ device is N); the CPU backend records them on host threads, each op with a
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -50,6 +52,10 @@ _DEVICE_PLANE = re.compile(r"^/device:(?:GPU|TPU|[A-Z_]+):(?P<index>\d+)$")
 _SUMMARY_LINES = frozenset({MODULES_LINE, "Steps", "XLA TraceMe", "Framework Ops", "Source code"})
 MIN_CORE_EXECUTIONS = 3  # fewer starts of the dominant program: count the whole sample
 MAX_SAMPLE_BYTES = 16 * 1024 * 1024
+MAX_STEP_BEGINS = 4096  # the agent sends at most this many begins per sample
+# A step shorter than a microsecond is no training step: two begins closer than that (5e-324 s
+# apart once made the step rate infinite and the ledger divide by zero) refuse the sample.
+MIN_STEP_SECONDS = 1e-6
 
 
 # HLO collective ops (and their async -start/-done halves), and NCCL's kernels on GPU planes.
@@ -67,6 +73,28 @@ def is_collective(op_name: str) -> bool:
 
 class SampleUnreadable(Exception):
     """Bytes that are not a profiler sample."""
+
+
+class SampleRefused(SampleUnreadable):
+    """A sample refused at one of the daemon's bounds; ``bound`` is its refusal label."""
+
+    def __init__(self, bound: str, why: str) -> None:
+        super().__init__(why)
+        self.bound = bound
+
+
+def step_begins_problem(begins: Sequence[float], duration: float) -> str | None:
+    """Why marked step begins could not come from a session of ``duration`` seconds, if they
+    could not: each must be finite and within the session, and consecutive ones (sorted) at
+    least MIN_STEP_SECONDS apart. None when they could."""
+    if len(begins) > MAX_STEP_BEGINS:
+        return f"{len(begins)} step begins, more than {MAX_STEP_BEGINS}"
+    ordered = sorted(begins)
+    if any(not (math.isfinite(t) and 0.0 <= t <= duration) for t in ordered):
+        return f"a step begin outside the sample's {duration:g} s"
+    if any(later - earlier < MIN_STEP_SECONDS for earlier, later in itertools.pairwise(ordered)):
+        return f"step begins closer than {MIN_STEP_SECONDS:g} s"
+    return None
 
 
 @dataclass(frozen=True)
@@ -261,7 +289,7 @@ def reading_from(
         executions=executions,
         dominant=dominant,
         steps_marked=steps_marked,
-        steps_in_core=step_rate * core_seconds if step_rate is not None else None,
+        steps_in_core=_finite(step_rate * core_seconds) if step_rate is not None else None,
         whole_periods=core is not None,
         device_busy_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
@@ -295,6 +323,10 @@ def _rate(times: Sequence[float]) -> float | None:
     if len(times) < 2 or times[-1] <= times[0]:
         return None
     return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _count_in(starts: list[int], low: int, high: int) -> int:
