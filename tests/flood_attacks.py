@@ -141,9 +141,11 @@ def stepping_space(steps: int = 10, period_ms: int = 20) -> bytes:
 def distinct_ids_space(target_bytes: int) -> bytes:
     """An XSpace of about ``target_bytes`` whose every event has its own program, run and
     device: what a parser keeping a table per id holds most of."""
-    one, none = (len(distinct_ids_plane(n).SerializeToString()) for n in (1, 0))
-    per_event = one - none
-    return xp.XSpace(planes=[distinct_ids_plane(target_bytes // per_event)]).SerializeToString()
+    probe = 10_000  # an event's bytes grow with its offset: measured at a large one
+    per_event = len(distinct_ids_plane(probe).SerializeToString()) / probe
+    return xp.XSpace(
+        planes=[distinct_ids_plane(int(target_bytes / per_event / 1.02))]
+    ).SerializeToString()
 
 
 def distinct_ids_plane(events: int) -> xp.XPlane:
