@@ -30,6 +30,8 @@ from flood_attacks import (
     StalledView,
     close_all,
     config_daemon,
+    distinct_ids_space,
+    execution_sample,
     hello,
     idle_connections,
     in_part_frames,
@@ -37,6 +39,7 @@ from flood_attacks import (
     report,
     scrape_seconds,
     slow_metrics_clients,
+    stepping_space,
 )
 from procs import Daemon, wait_for
 
@@ -153,6 +156,28 @@ def many_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     stream.close()
 
 
+def distinct_id_samples(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count, repeats = sizes.n(4, 2), sizes.n(4, 2)
+    sample = in_part_frames(execution_sample(distinct_ids_space(15 * MiB)))
+    frames = [[hello(pid), *sample * repeats] for pid in range(300, 300 + count)]
+    streams = [RawStream(daemon.socket_path, f, keepalive=1.0) for f in frames]
+    _attached(daemon, range(300, 300 + count))
+    yield (f"{count} jobs × {repeats} execution samples of 15 MiB, every event its own program, "
+           "run and device")  # fmt: skip
+    close_all(streams)
+
+
+def impossible_step_begins(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count = sizes.n(64, 8)
+    gaps = (1e308, 5e-324)
+    samples = [execution_sample(stepping_space(), step_begins=[0.0, gap]) for gap in gaps]
+    streams = [RawStream(daemon.socket_path, [hello(pid), *samples], keepalive=1.0)
+               for pid in range(400, 400 + count)]  # fmt: skip
+    _attached(daemon, range(400, 400 + count))
+    yield f"{count} jobs each sending samples whose step begins are 1e308 s and 5e-324 s apart"
+    close_all(streams)
+
+
 def large_snapshot(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     jobs = sizes.n(8, 2)
     streams = [RawStream(daemon.socket_path, [hello(p), report(programs=4096)], keepalive=1.0)
@@ -247,6 +272,8 @@ FLOODS = (
     Flood("padded streams", "", padded_streams),
     Flood("100,000 devices", "", many_devices),
     Flood("snapshot > 16 MiB", "", large_snapshot),
+    Flood("samples of distinct ids", "", distinct_id_samples),
+    Flood("impossible step begins", "", impossible_step_begins),
     Flood("views that never read", "", stalled_views, hold=3.0),
     Flood("idle unix connections", "", idle_unix_connections),
     Flood("slow /metrics clients", "", slow_metrics),

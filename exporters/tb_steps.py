@@ -37,6 +37,9 @@ log = logging.getLogger("xmon.exporters.tensorboard")
 AXIS_TAG = "xmon/step_axis"
 STEPS, WALL = "steps", "wall"
 UNDECIDED_SECONDS = 300.0
+# No job reaches this step (285 years at a million steps a second), and an event's step is an
+# int64: a job's step of 2**63 made writing its point raise, which stopped every job's points.
+STEP_MAX = 2**53
 READ_MAX_BYTES = 64 * 1024 * 1024  # a run's file is rotated at 32 MiB
 DESCRIPTIONS = {
     STEPS: "Step axis: the job's training step (the steps it marks: xmon.step or "
@@ -74,8 +77,8 @@ class RunAxis:
     mode: str | None = None
     origin: tuple[int, float] | None = None  # (seconds since attach, monotonic) at wall start
 
-    def step(self, job: Job, snapshot: Snapshot) -> tuple[int, bool]:
-        """The point's step, and whether the axis was decided with this point."""
+    def step(self, job: Job, snapshot: Snapshot) -> tuple[int | None, bool]:
+        """The point's step (None past STEP_MAX), and whether the axis was decided with it."""
         decided = False
         if self.mode is None:
             self.mode = wanted_mode(job, snapshot.wall_time)
@@ -88,6 +91,8 @@ class RunAxis:
                 self.origin = (seconds_since_attach(job, snapshot.wall_time), snapshot.monotonic)
             since, at = self.origin
             raw = self.offset + since + max(0, int(snapshot.monotonic - at))
+        if raw > STEP_MAX:
+            return None, decided  # no such step: the point is not written, the axis stays
         self.floor = max(self.floor, raw)
         return self.floor, decided
 

@@ -167,6 +167,8 @@ class TensorBoardExporter:
         self._retry_at: float | None = None
         self.errors_total = 0
         self.last_error: str | None = None
+        self.steps_refused_total = 0  # points left out: their job's step was past STEP_MAX
+        self._steps_refused: set[tuple[str, int]] = set()
 
     # -- public --------------------------------------------------------------------------------
     def update(self, snapshot: Snapshot) -> None:
@@ -223,6 +225,7 @@ class TensorBoardExporter:
         self._described = {k: v for k, v in self._described.items() if k in live}
         self._written = {k: v for k, v in self._written.items() if k in live}
         self._rotated = {k: v for k, v in self._rotated.items() if k in live}
+        self._steps_refused &= live
         self._findings.keep(live)
         for job in snapshot.jobs:
             scalars = job_scalars(job, snapshot.devices)
@@ -231,6 +234,9 @@ class TensorBoardExporter:
             key = (job.job_name, job.pid)
             writer = self._writer(key, tb_logdir.run_name(job.job_name, job.pid))
             step = self._step(job, snapshot, writer)
+            if step is None:
+                self._refuse_step(key)
+                continue
             event = scalar_event(snapshot.wall_time, step, scalars)
             texts = self._findings.changes(key, job.findings, writer.path)
             writer.add_event(event)
@@ -273,7 +279,15 @@ class TensorBoardExporter:
                 os.close(run_fd)
             self.rotations_total += 1
 
-    def _step(self, job: Job, snapshot: Snapshot, writer: tb_events.EventFile) -> int:
+    def _refuse_step(self, key: tuple[str, int]) -> None:
+        """A job's step past STEP_MAX: its point is left out, logged once per job."""
+        self.steps_refused_total += 1
+        if key not in self._steps_refused:
+            self._steps_refused.add(key)
+            log.warning("job %r pid %d: step past %d, its TensorBoard points are left out",
+                        key[0], key[1], tb_steps.STEP_MAX)  # fmt: skip
+
+    def _step(self, job: Job, snapshot: Snapshot, writer: tb_events.EventFile) -> int | None:
         """The point's step; the run's first point once its axis is known says which axis."""
         key = (job.job_name, job.pid)
         axis = self._axes.get(key)
@@ -282,6 +296,8 @@ class TensorBoardExporter:
         elif axis.started_at != job.started_at:  # restarted under the same pid: continue after
             axis = self._axes[key] = tb_steps.RunAxis(job.started_at, axis.floor, axis.floor)
         step, _ = axis.step(job, snapshot)
+        if step is None:
+            return None
         if axis.mode is not None and self._described.get(key) != writer.path:
             writer.add_event(tb_steps.axis_event(snapshot.wall_time, step, axis.mode))
             self._described[key] = writer.path

@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.proto import xplane_pb2 as xp
 from xmon.wire import PART_BYTES, in_parts
 
 from procs import Daemon, start_daemon
@@ -111,6 +112,55 @@ def report(programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: in
     )
     encoded = xmon_pb2.AgentMessage(report=message).SerializeToString()
     return padded_message(encoded, "report", padding) if padding else encoded
+
+
+PS_PER_MS = 10**9
+
+
+def _cpu_plane(events: Iterable[tuple[int, int, int, int]]) -> xp.XPlane:
+    """The CPU backend's plane with one device op per ``(program, run, device, start_ps)``."""
+    plane = xp.XPlane(name="/host:CPU")
+    for key, name in enumerate(("program_id", "run_id", "device_ordinal", "hlo_op"), 1):
+        plane.stat_metadata[key].CopyFrom(xp.XStatMetadata(id=key, name=name))
+    line = plane.lines.add(name="tf_XLAPjRtCpuClient/1")
+    for program, run, device, start in events:
+        line.events.add(offset_ps=start, duration_ps=PS_PER_MS, stats=[
+            xp.XStat(metadata_id=1, int64_value=program),
+            xp.XStat(metadata_id=2, int64_value=run),
+            xp.XStat(metadata_id=3, int64_value=device),
+            xp.XStat(metadata_id=4, str_value="fusion")])  # fmt: skip
+    return plane
+
+
+def stepping_space(steps: int = 10, period_ms: int = 20) -> bytes:
+    """An XSpace of one program run every period on one device: a sample with whole periods."""
+    plane = _cpu_plane((7, 1000 + i, 0, i * period_ms * PS_PER_MS) for i in range(steps))
+    return xp.XSpace(planes=[plane]).SerializeToString()
+
+
+def distinct_ids_space(target_bytes: int) -> bytes:
+    """An XSpace of about ``target_bytes`` whose every event has its own program, run and
+    device: what a parser keeping a table per id holds most of."""
+    probe = 10_000  # an event's bytes grow with its offset: measured at a large one
+    per_event = len(distinct_ids_plane(probe).SerializeToString()) / probe
+    return xp.XSpace(
+        planes=[distinct_ids_plane(int(target_bytes / per_event / 1.02))]
+    ).SerializeToString()
+
+
+def distinct_ids_plane(events: int) -> xp.XPlane:
+    return _cpu_plane((1 << 40 | i, 1 << 41 | i, 1 << 42 | i, i * 1000) for i in range(events))
+
+
+def execution_sample(
+    xspace: bytes, step_begins: Iterable[float] = (), duration: float = 0.2
+) -> bytes:
+    """An AgentMessage carrying an execution sample, as the agent's sampler sends it."""
+    sample = xmon_pb2.ExecutionSample(
+        started_at=time.time() - duration, duration_seconds=duration, xspace=xspace,
+        step_begin_seconds=list(step_begins), steps_marked=True,
+    )  # fmt: skip
+    return xmon_pb2.AgentMessage(execution_sample=sample).SerializeToString()
 
 
 class RawStream:

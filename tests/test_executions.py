@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xmon.daemon.executions import ExecutionTracker, TraceExecutions, with_executions
-from xmon.execution.xplane import TraceUnreadable, count_executions, count_files, read_space
+from xmon.execution.xplane import TraceUnreadable, count_executions, count_files, map_trace
 from xmon.model import Job, Program
 from xmon.proto import xplane_pb2 as xp
 
@@ -144,7 +144,7 @@ def test_unreadable_files_are_named_in_the_error(
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(TraceUnreadable, match=message) as raised:
-        read_space(path, tmp_path, max_bytes=1000)
+        count_files([str(path)], tmp_path, max_bytes=1000)
     assert str(path) in str(raised.value)
 
 
@@ -152,20 +152,20 @@ def test_files_outside_the_run_or_behind_links_are_not_read(tmp_path: Path) -> N
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     outside = write(elsewhere / "host.xplane.pb", cpu_space())
     with pytest.raises(TraceUnreadable, match="outside the capture's directory"):
-        read_space(outside, run)
+        map_trace(outside, run)
     (run / "s").mkdir(parents=True)
     (run / "s" / "host.xplane.pb").symlink_to(outside)
     with pytest.raises(TraceUnreadable, match="outside the capture's directory"):
-        read_space(run / "s" / "host.xplane.pb", run)
+        map_trace(run / "s" / "host.xplane.pb", run)
     inside = write(run / "t" / "real.xplane.pb", cpu_space())
     (run / "t" / "link.xplane.pb").symlink_to(inside)
     with pytest.raises(TraceUnreadable, match="cannot open"):
-        read_space(run / "t" / "link.xplane.pb", run)
+        map_trace(run / "t" / "link.xplane.pb", run)
     os.mkfifo(run / "t" / "fifo.xplane.pb")
     with pytest.raises(TraceUnreadable, match="not a regular file"):
-        read_space(run / "t" / "fifo.xplane.pb", run)
+        map_trace(run / "t" / "fifo.xplane.pb", run)
     with pytest.raises(TraceUnreadable, match="cannot open"):
-        read_space(run / "t" / "missing.xplane.pb", run)
+        map_trace(run / "t" / "missing.xplane.pb", run)
 
 
 # --- programs ---------------------------------------------------------------------------------
@@ -182,8 +182,18 @@ TRACE = TraceExecutions({4: 30, 6: 2, 99: 5}, window_seconds=2.0, ended_at=1000.
         (Program("d", "jit_d"), (None, None)),  # module ids unknown
         (Program("e", "jit_e", program_ids=(4,), compiled_at=1001.0), (None, None)),  # too new
         # the execution ledger counted after the trace ended: its counts stand
-        (Program("f", "jit_f", program_ids=(4,), executions=7, executions_per_second=3.5,
-                 executions_counted_at=1001.0, executions_source="ledger"), (7, 3.5)),
+        (
+            Program(
+                "f",
+                "jit_f",
+                program_ids=(4,),
+                executions=7,
+                executions_per_second=3.5,
+                executions_counted_at=1001.0,
+                executions_source="ledger",
+            ),
+            (7, 3.5),
+        ),
     ],
 )
 def test_programs_get_the_executions_of_their_module_ids(

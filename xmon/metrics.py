@@ -36,6 +36,11 @@ REFUSAL_BOUNDS = (
     "subscribers",  # views past max_subscribers, or cut off after subscriber_stall_seconds
     "snapshot_programs",  # programs left out of a view's snapshot so that it fits a message
     "ledger_bytes",  # execution samples dropped while 64 MiB of samples were being read
+    "sample_numbers",  # execution samples with numbers no profiler session gives
+    "xspace_bytes",  # execution samples or capture traces over their bytes bound
+    "xspace_planes",  # ... with more planes than their bound
+    "xspace_events",  # ... with more events than their bound
+    "xspace_ids",  # ... with more distinct programs, devices, run ids or metadata
     "metrics_connections",  # /metrics connections closed past metrics_max_connections
     "metrics_timeouts",  # /metrics connections closed for sending no request in time
     "tensorboard_bytes",  # TensorBoard event files rotated away at a job's bytes budget

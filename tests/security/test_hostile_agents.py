@@ -19,6 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from xmon.agent.transport import Transport
 from xmon.daemon.jobs import MAX_LABEL_CHARS, clean_label
 from xmon.daemon.sanitize import scrub
+from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 from procs import Daemon, wait_for
@@ -155,3 +156,19 @@ def test_scrub_walks_types_that_hold_themselves_and_maps_of_messages() -> None:
 )
 def test_names_from_agents_are_cut_and_cleaned(name: str, cleaned: str) -> None:
     assert clean_label(name) == cleaned
+
+
+def test_a_step_of_2_to_the_63_leaves_out_that_job_s_points_only(tmp_path: Path) -> None:
+    """A job's TensorBoard step past int64 made writing its point raise, which stopped the
+    export of every job (``ValueError: Value out of range``)."""
+    from test_tensorboard import STARTED, job, snapshot
+
+    exporter = TensorBoardExporter(tmp_path, interval_seconds=0)
+    for i in range(2):
+        jobs = (job(pid=1, name="hostile", steps=2**63), job(pid=2, name="good", steps=10 + i))
+        exporter.update(snapshot(STARTED + 1 + i, jobs))
+    exporter.close()
+    assert exporter.health().up and exporter.steps_refused_total == 2
+    good = EventAccumulator(str(tmp_path / "good-2"))
+    good.Reload()
+    assert [e.step for e in good.Scalars("steps/steps_total")] == [10, 11]

@@ -100,7 +100,9 @@ class Profiler:
         self._running: dict[int, _Running] = {}
         self._counts: dict[tuple[int, str, str], CaptureCount] = {}
         self._tasks: set[asyncio.Task[object]] = set()
-        self.executions = ExecutionTracker(config.trace_count_max_bytes, wall)
+        self.executions = ExecutionTracker(
+            config.trace_count_max_bytes, wall, refused=hub.budget.refused
+        )
 
     def busy_pids(self) -> set[int]:
         return set(self._running)

@@ -15,11 +15,12 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmon.execution.xplane import DEFAULT_MAX_BYTES, TraceUnreadable, count_files
+from xmon.execution.xplane import DEFAULT_MAX_BYTES, TraceRefused, TraceUnreadable, count_files
 from xmon.model import Job, Program
 
 log = logging.getLogger("xmon.daemon")
@@ -58,9 +59,13 @@ def with_executions(program: Program, trace: TraceExecutions) -> Program:
 
 class ExecutionTracker:
     def __init__(
-        self, max_bytes: int = DEFAULT_MAX_BYTES, wall: Callable[[], float] = time.time
+        self,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        wall: Callable[[], float] = time.time,
+        refused: Counter[str] | None = None,
     ) -> None:
         self._max_bytes = max_bytes
+        self.refused: Counter[str] = Counter() if refused is None else refused
         self._wall = wall
         self._traces: dict[int, TraceExecutions] = {}
         # (pid, fingerprint) -> (program as reported, program with executions): a snapshot
@@ -75,6 +80,11 @@ class ExecutionTracker:
         paths = tuple(paths)
         try:
             counts = await asyncio.to_thread(count_files, paths, run_dir, self._max_bytes)
+        except TraceRefused as exc:
+            self.refused[exc.bound] += 1
+            log.warning("not counting program executions of pid %d (bound %s): %s",
+                        pid, exc.bound, exc)  # fmt: skip
+            return None
         except TraceUnreadable as exc:
             log.warning("not counting program executions of pid %d: %s", pid, exc)
             return None

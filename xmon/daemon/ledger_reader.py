@@ -5,7 +5,11 @@ sample arriving while the job's previous one is still being read is dropped and 
 buggy or hostile agent cannot queue work without bound; over all jobs, samples are read only
 while the bytes being read stay under ``max_inflight_bytes`` (each may be 16 MiB: a thousand
 agents must not make the daemon hold a thousand of them). Numbers that could not come from a
-real session (non-finite, negative, longer than a minute) are refused the same way.
+real session (non-finite, negative, longer than a minute; step begins outside the session or
+under a microsecond apart) are refused before the parse and counted
+(``bound="sample_numbers"``), and so is a sample the parse stops at one of its bounds
+(:mod:`xmon.execution.xspace_bounds`). Each kind of refusal is logged in one line when it
+starts, and again only after a sample has been read since.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ import logging
 import math
 from collections import Counter
 
+from xmon.daemon.sanitize import WALL_TIME_MAX
 from xmon.execution.ledger import JobLedger
-from xmon.execution.samples import SampleUnreadable, parse_sample
+from xmon.execution.samples import (
+    SampleRefused,
+    SampleUnreadable,
+    parse_sample,
+    step_begins_problem,
+)
 from xmon.proto import xmon_pb2
 
 log = logging.getLogger("xmon.daemon")
@@ -33,11 +43,16 @@ class LedgerReader:
         self.max_inflight_bytes = max_inflight_bytes
         self.inflight_bytes = 0
         self.refused: Counter[str] = Counter() if refused is None else refused
+        self._refusing: set[str] = set()  # bounds that refused a sample since the last read
 
     def submit(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample) -> bool:
         """Start reading the sample into the ledger; False when it was dropped."""
-        if ledger.reading or not _plausible(sample):
+        if ledger.reading:
             ledger.samples_dropped_total += 1
+            return False
+        problem = implausible(sample)
+        if problem is not None:
+            self._refuse(ledger, SampleRefused("sample_numbers", problem))
             return False
         size = len(sample.xspace)
         if self.inflight_bytes + size > self.max_inflight_bytes:
@@ -51,6 +66,13 @@ class LedgerReader:
         task.add_done_callback(self._tasks.discard)
         return True
 
+    def _refuse(self, ledger: JobLedger, refusal: SampleRefused) -> None:
+        ledger.samples_dropped_total += 1
+        self.refused[refusal.bound] += 1
+        if refusal.bound not in self._refusing:  # one line per change, not one per sample
+            self._refusing.add(refusal.bound)
+            log.warning("execution samples refused (bound %s): %s", refusal.bound, refusal)
+
     async def _read(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample, size: int) -> None:
         try:
             reading = await asyncio.to_thread(
@@ -58,9 +80,11 @@ class LedgerReader:
                 sample.xspace,
                 sample.started_at,
                 sample.duration_seconds,
-                tuple(t for t in sample.step_begin_seconds if math.isfinite(t)),
+                tuple(sample.step_begin_seconds),  # checked in submit
                 sample.steps_marked,
             )
+        except SampleRefused as refusal:
+            self._refuse(ledger, refusal)
         except SampleUnreadable as exc:
             ledger.parse_errors_total += 1
             log.debug("execution sample unreadable: %s", exc)
@@ -69,6 +93,9 @@ class LedgerReader:
             log.warning("execution sample unreadable: %r", exc)
         else:
             ledger.add(reading)
+            if self._refusing:
+                log.info("execution samples read again")
+                self._refusing.clear()
         finally:
             ledger.reading = False
             self.inflight_bytes -= size
@@ -79,11 +106,13 @@ class LedgerReader:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-def _plausible(sample: xmon_pb2.ExecutionSample) -> bool:
-    return (
-        math.isfinite(sample.started_at)
-        and sample.started_at > 0
-        and math.isfinite(sample.duration_seconds)
-        and 0 < sample.duration_seconds <= MAX_SAMPLE_SECONDS
-        and bool(sample.xspace)
-    )
+def implausible(sample: xmon_pb2.ExecutionSample) -> str | None:
+    """Why a sample's numbers could not come from a real profiler session, if they could not."""
+    started, duration = sample.started_at, sample.duration_seconds
+    if not (math.isfinite(started) and 0 < started <= WALL_TIME_MAX):
+        return f"start time {started!r}"
+    if not (math.isfinite(duration) and 0 < duration <= MAX_SAMPLE_SECONDS):
+        return f"duration {duration!r} s"
+    if not sample.xspace:
+        return "no XSpace"
+    return step_begins_problem(sample.step_begin_seconds, duration)

@@ -5,6 +5,7 @@ execution, each device's busy and collective ratios.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -161,9 +162,11 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
             executions_of[sample.dominant] += executions
             steps_of[sample.dominant] += sample.steps_in_core
     per_step = {
-        p: per_step_ratio(r, executions_of[p] / steps_of[p])
+        p: ratio
         for p, r in ratios.items()
         if executions_of[p]
+        and math.isfinite(ratio := per_step_ratio(r, executions_of[p] / steps_of[p]))
+        and ratio > 0  # steps are divided by it
     }
     steps = sum(
         s.executions.get(s.dominant, 0) / per_step[s.dominant]
@@ -204,6 +207,8 @@ def per_step_ratio(ratios: Sequence[float], pooled: float) -> float:
 
 def nearest_whole(ratio: float) -> float | None:
     """The whole number or whole fraction (1/n) within SNAP_TOLERANCE of ``ratio``, if any."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return None  # no whole number is near it (and round() of infinity raises)
     if ratio >= 1:
         whole = round(ratio)
         return float(whole) if abs(ratio - whole) <= SNAP_TOLERANCE * ratio else None

@@ -26,12 +26,12 @@ device is N); the CPU backend records them on host threads, each op with a
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-from google.protobuf.message import DecodeError
 
 from xmon.execution.xplane import (
     MODULES_LINE,
@@ -41,6 +41,14 @@ from xmon.execution.xplane import (
     stat_ids,
     stat_value,
 )
+from xmon.execution.xspace_bounds import (
+    SAMPLE_BOUNDS,
+    BoundExceeded,
+    NotASpace,
+    SpaceBounds,
+    SpaceReader,
+    check_ids,
+)
 from xmon.proto import xplane_pb2
 
 DEVICE_ORDINAL = "device_ordinal"
@@ -49,7 +57,11 @@ _DEVICE_PLANE = re.compile(r"^/device:(?:GPU|TPU|[A-Z_]+):(?P<index>\d+)$")
 # Lines of device planes that summarise other lines rather than record ops.
 _SUMMARY_LINES = frozenset({MODULES_LINE, "Steps", "XLA TraceMe", "Framework Ops", "Source code"})
 MIN_CORE_EXECUTIONS = 3  # fewer starts of the dominant program: count the whole sample
-MAX_SAMPLE_BYTES = 16 * 1024 * 1024
+MAX_SAMPLE_BYTES = SAMPLE_BOUNDS.max_bytes
+MAX_STEP_BEGINS = 4096  # the agent sends at most this many begins per sample
+# A step shorter than a microsecond is no training step: two begins closer than that (5e-324 s
+# apart once made the step rate infinite and the ledger divide by zero) refuse the sample.
+MIN_STEP_SECONDS = 1e-6
 
 
 # HLO collective ops (and their async -start/-done halves), and NCCL's kernels on GPU planes.
@@ -67,6 +79,28 @@ def is_collective(op_name: str) -> bool:
 
 class SampleUnreadable(Exception):
     """Bytes that are not a profiler sample."""
+
+
+class SampleRefused(SampleUnreadable):
+    """A sample refused at one of the daemon's bounds; ``bound`` is its refusal label."""
+
+    def __init__(self, bound: str, why: str) -> None:
+        super().__init__(why)
+        self.bound = bound
+
+
+def step_begins_problem(begins: Sequence[float], duration: float) -> str | None:
+    """Why marked step begins could not come from a session of ``duration`` seconds, if they
+    could not: each must be finite and within the session, and consecutive ones (sorted) at
+    least MIN_STEP_SECONDS apart. None when they could."""
+    if len(begins) > MAX_STEP_BEGINS:
+        return f"{len(begins)} step begins, more than {MAX_STEP_BEGINS}"
+    ordered = sorted(begins)
+    if any(not (math.isfinite(t) and 0.0 <= t <= duration) for t in ordered):
+        return f"a step begin outside the sample's {duration:g} s"
+    if any(later - earlier < MIN_STEP_SECONDS for earlier, later in itertools.pairwise(ordered)):
+        return f"step begins closer than {MIN_STEP_SECONDS:g} s"
+    return None
 
 
 @dataclass(frozen=True)
@@ -125,7 +159,9 @@ class _Intervals:
 
 
 class _SampleParser:
-    def __init__(self) -> None:
+    def __init__(self, bounds: SpaceBounds = SAMPLE_BOUNDS) -> None:
+        self.bounds = bounds
+        self.runs = 0  # distinct (program, run) pairs seen
         self.run_starts: defaultdict[int, dict[int, int]] = defaultdict(dict)  # prog -> run -> ps
         # Without run ids (GPU "XLA Modules" lines): program -> device plane -> starts. Every
         # device runs each execution, so the plane with the most is the count.
@@ -138,7 +174,10 @@ class _SampleParser:
         self.program_ops: defaultdict[tuple[int, int], _Intervals] = defaultdict(_Intervals)
         self.program_runs: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
 
-    def add_plane(self, plane: xplane_pb2.XPlane) -> None:
+    def add_plane(
+        self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine] | None = None
+    ) -> None:
+        """Read a plane: its header (metadata) and ``lines``, by default its own."""
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP))
         if ids[PROGRAM_ID] is None:
@@ -151,7 +190,7 @@ class _SampleParser:
             for key, meta in plane.event_metadata.items()
             if meta.stats
         }
-        for line in plane.lines:
+        for line in plane.lines if lines is None else lines:
             on_modules = line.name == MODULES_LINE
             if line.name in _SUMMARY_LINES and not on_modules:
                 continue
@@ -161,6 +200,17 @@ class _SampleParser:
                 if event.stats:
                     values = stat_value(event.stats, ids, names, values)
                 self._add_event(event, values, base_ps, plane, plane_device, on_modules)
+            self._check_ids()
+
+    def _check_ids(self) -> None:
+        """Distinct ids are checked after each piece of a line (at most a MiB of events), so
+        a sample of ids no job has costs what the bounds allow, not what the sample holds."""
+        check_ids(
+            self.bounds,
+            programs=len(self.run_starts) + len(self.module_starts),
+            devices=len(self.device_ops),
+            runs=self.runs,
+        )
 
     def _add_event(
         self,
@@ -188,6 +238,7 @@ class _SampleParser:
             return  # a host event that is not a device op (waits, transfers)
         if run is not None:
             first = self.run_starts[program].get(run)
+            self.runs += first is None
             if first is None or start < first:
                 self.run_starts[program][run] = start
             self.program_runs[program].add((run, device))
@@ -216,15 +267,15 @@ def parse_sample(
 ) -> SampleReading:
     """Read one sample's XSpace; ``step_begins`` are the marked steps' begins during it, in
     seconds since it started. Raises SampleUnreadable for bytes that are not a sample."""
-    if len(data) > MAX_SAMPLE_BYTES:
-        raise SampleUnreadable(f"{len(data)} bytes, more than the {MAX_SAMPLE_BYTES} read")
-    try:
-        space = xplane_pb2.XSpace.FromString(data)
-    except DecodeError as exc:
-        raise SampleUnreadable(f"not a profiler sample: {exc}") from None
     parser = _SampleParser()
-    for plane in space.planes:
-        parser.add_plane(plane)
+    try:
+        reader = SpaceReader(data, SAMPLE_BOUNDS)
+        for header, lines in reader.planes():
+            parser.add_plane(header, lines)
+    except BoundExceeded as exc:
+        raise SampleRefused(exc.bound, str(exc)) from None
+    except NotASpace as exc:
+        raise SampleUnreadable(f"not a profiler sample: {exc}") from None
     return reading_from(parser, started_at, duration_seconds, step_begins, steps_marked)
 
 
@@ -261,7 +312,7 @@ def reading_from(
         executions=executions,
         dominant=dominant,
         steps_marked=steps_marked,
-        steps_in_core=step_rate * core_seconds if step_rate is not None else None,
+        steps_in_core=_finite(step_rate * core_seconds) if step_rate is not None else None,
         whole_periods=core is not None,
         device_busy_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
@@ -295,6 +346,10 @@ def _rate(times: Sequence[float]) -> float | None:
     if len(times) < 2 or times[-1] <= times[0]:
         return None
     return (len(times) - 1) / (times[-1] - times[0])
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _count_in(starts: list[int], low: int, high: int) -> int:

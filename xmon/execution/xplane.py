@@ -16,14 +16,22 @@ Counting is separated from reading the file, so tests build traces with the stub
 
 from __future__ import annotations
 
+import dataclasses
+import mmap
 import os
 import stat
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
-
+from xmon.execution.xspace_bounds import (
+    TRACE_BOUNDS,
+    BoundExceeded,
+    NotASpace,
+    SpaceBounds,
+    SpaceReader,
+    check_ids,
+)
 from xmon.proto import xplane_pb2
 
 PROGRAM_ID = "program_id"
@@ -36,23 +44,36 @@ class TraceUnreadable(Exception):
     """A trace file the daemon cannot count: missing, too large, outside its run, not a trace."""
 
 
+class TraceRefused(TraceUnreadable):
+    """A trace past one of the daemon's bounds; ``bound`` is the refusal's label."""
+
+    def __init__(self, bound: str, why: str) -> None:
+        super().__init__(why)
+        self.bound = bound
+
+
 class ExecutionCounter:
     """Accumulates the executions of every program over the spaces (files) of one capture."""
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: SpaceBounds = TRACE_BOUNDS) -> None:
+        self.bounds = bounds
         self._runs: defaultdict[int, set[int]] = defaultdict(set)
+        self._run_count = 0
         self._module_events: dict[int, int] = {}  # per program: most events on one plane
 
     def add(self, space: xplane_pb2.XSpace) -> None:
         for plane in space.planes:
-            self._add_plane(plane)
+            self.add_plane(plane)
 
     def counts(self) -> dict[int, int]:
         """Executions by program id."""
         programs = set(self._runs) | set(self._module_events)
         return {p: max(len(self._runs.get(p, ())), self._module_events.get(p, 0)) for p in programs}
 
-    def _add_plane(self, plane: xplane_pb2.XPlane) -> None:
+    def add_plane(
+        self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine] | None = None
+    ) -> None:
+        """Count a plane: its header (metadata) and ``lines``, by default its own."""
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         ids = stat_ids(names, (PROGRAM_ID, RUN_ID))
         if ids[PROGRAM_ID] is None:
@@ -63,7 +84,7 @@ class ExecutionCounter:
             if meta.stats and (values := stat_value(meta.stats, ids, names, {}))
         }
         module_events: Counter[int] = Counter()
-        for line in plane.lines:
+        for line in plane.lines if lines is None else lines:
             on_modules_line = line.name == MODULES_LINE
             for event in line.events:
                 values = shared.get(event.metadata_id, {})
@@ -73,9 +94,13 @@ class ExecutionCounter:
                 if program is None:
                     continue
                 if run is not None:
-                    self._runs[program].add(run)
+                    runs = self._runs[program]
+                    self._run_count += run not in runs
+                    runs.add(run)
                 elif on_modules_line:
                     module_events[program] += max(1, event.num_occurrences)
+            programs = len(set(self._runs) | set(module_events) | set(self._module_events))
+            check_ids(self.bounds, programs=programs, devices=0, runs=self._run_count)
         for program, n in module_events.items():
             self._module_events[program] = max(self._module_events.get(program, 0), n)
 
@@ -143,9 +168,11 @@ def _int_value(item: xplane_pb2.XStat, names: Mapping[int, str]) -> int | None:
 # --- files ------------------------------------------------------------------------------------
 
 
-def read_space(path: Path, within: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> xplane_pb2.XSpace:
-    """Parse one trace file, which must be a regular ``.xplane.pb`` inside ``within`` (the
-    capture's run directory: the path comes from the job, and the daemon may run as root)."""
+def map_trace(path: Path, within: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> mmap.mmap:
+    """One trace file's bytes, mapped rather than read (the kernel can drop clean pages of a
+    file under memory pressure; a copy it could not). The file must be a regular
+    ``.xplane.pb`` inside ``within`` (the capture's run directory: the path comes from the job,
+    and the daemon may run as root) and at most ``max_bytes`` long."""
     if not path.name.endswith(".xplane.pb"):
         raise TraceUnreadable(f"{path} is not an .xplane.pb file")
     try:
@@ -154,29 +181,37 @@ def read_space(path: Path, within: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> 
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise TraceUnreadable(f"cannot open {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise TraceUnreadable(f"{path} is not a regular file")
         if info.st_size > max_bytes:
-            raise TraceUnreadable(
-                f"{path} has {info.st_size} bytes, more than the {max_bytes} counted"
+            raise TraceRefused(
+                "xspace_bytes",
+                f"{path} has {info.st_size} bytes, more than the {max_bytes} counted",
             )
-        data = file.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise TraceUnreadable(f"{path} grew past the {max_bytes} bytes counted")
-    try:
-        return xplane_pb2.XSpace.FromString(data)
-    except DecodeError as exc:
-        raise TraceUnreadable(f"{path} is not a readable trace: {exc}") from None
+        if info.st_size == 0:
+            raise TraceUnreadable(f"{path} is empty")
+        return mmap.mmap(fd, info.st_size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
 
 
 def count_files(
     paths: Iterable[str], within: Path, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> dict[int, int]:
     """Executions by program id over the trace files of one capture (blocking: run it in a
-    worker thread). Raises TraceUnreadable naming the file."""
-    counter = ExecutionCounter()
+    worker thread), each read in pieces within TRACE_BOUNDS (its bytes: ``max_bytes``).
+    Raises TraceUnreadable (TraceRefused at a bound) naming the file."""
+    bounds = dataclasses.replace(TRACE_BOUNDS, max_bytes=max_bytes)
+    counter = ExecutionCounter(bounds)
     for path in paths:
-        counter.add(read_space(Path(path), within, max_bytes))
+        with map_trace(Path(path), within, max_bytes) as data:
+            try:
+                for header, lines in SpaceReader(data, bounds).planes():
+                    counter.add_plane(header, lines)
+            except BoundExceeded as exc:
+                raise TraceRefused(exc.bound, f"{path}: {exc}") from None
+            except NotASpace as exc:
+                raise TraceUnreadable(f"{path} is not a readable trace: {exc}") from None
     return counter.counts()
