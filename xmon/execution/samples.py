@@ -26,6 +26,7 @@ device is N); the CPU backend records them on host threads, each op with a
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -34,6 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xmon.execution.xplane import (
+    HLO_MODULE,
+    LAUNCH_NAME,
     MODULES_LINE,
     PROGRAM_ID,
     RUN_ID,
@@ -173,15 +176,23 @@ class _SampleParser:
         self._names: Mapping[int, str] = {}
         self.program_ops: defaultdict[tuple[int, int], _Intervals] = defaultdict(_Intervals)
         self.program_runs: defaultdict[int, set[tuple[int, int]]] = defaultdict(set)
+        # GPU kernels carry their program id and name but no run id; the host's launches
+        # (``CommonPjRtLoadedExecutable::Execute``) carry the run id and the name. Executions
+        # of such a program are its launches: (name, run, start) here, names resolved to
+        # programs through the kernels (program -> its kernels' starts, name -> programs).
+        self.launches: list[tuple[str, int, int]] = []
+        self.op_starts: defaultdict[int, list[int]] = defaultdict(list)
+        self.named_programs: defaultdict[str, set[int]] = defaultdict(set)
 
     def add_plane(
         self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine] | None = None
     ) -> None:
         """Read a plane: its header (metadata) and ``lines``, by default its own."""
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-        ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP))
-        if ids[PROGRAM_ID] is None:
-            return  # python, host threads without XLA ops
+        ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP, HLO_MODULE,
+                               LAUNCH_NAME))  # fmt: skip
+        if ids[PROGRAM_ID] is None and (ids[RUN_ID] is None or ids[LAUNCH_NAME] is None):
+            return  # python, host threads without XLA ops or launches
         match = _DEVICE_PLANE.match(plane.name)
         plane_device = int(match["index"]) if match else None
         self._names = {key: meta.name for key, meta in plane.event_metadata.items()}
@@ -222,7 +233,10 @@ class _SampleParser:
         on_modules: bool,
     ) -> None:
         program, run = values.get(PROGRAM_ID), values.get(RUN_ID)
-        if not isinstance(program, int) or event.WhichOneof("data") == "num_occurrences":
+        if event.WhichOneof("data") == "num_occurrences":
+            return
+        if not isinstance(program, int):
+            self._add_launch(values, base_ps + event.offset_ps)
             return
         if not isinstance(run, int):
             run = None
@@ -244,18 +258,54 @@ class _SampleParser:
             self.program_runs[program].add((run, device))
         self.device_ops[device].add(start, end)
         self.program_ops[(program, device)].add(start, end)
+        module = values.get(HLO_MODULE)
+        if run is None and isinstance(module, str) and plane_device is not None:
+            self.op_starts[program].append(start)
+            self.named_programs[module].add(program)
         op = values.get(HLO_OP)
         if is_collective(op if isinstance(op, str) else self._names.get(event.metadata_id, "")):
             self.collective_ops[device].add(start, end)
 
+    def _add_launch(self, values: Mapping[str, StatValue], start: int) -> None:
+        run, name = values.get(RUN_ID), values.get(LAUNCH_NAME)
+        if isinstance(run, int) and isinstance(name, str) and name:
+            self.launches.append((name, run, start))
+            self.runs += 1
+
     def starts(self) -> dict[int, list[int]]:
-        """Execution start times by program: run ids where present, else module events."""
+        """Execution start times by program: run ids of its ops where present, else module
+        events, else its launches (GPU)."""
         result = {p: sorted(runs.values()) for p, runs in self.run_starts.items()}
         for program, planes in self.module_starts.items():
             if program not in result:
                 most = max((starts for starts in planes.values()), key=len)
                 result[program] = sorted(most)
+        for program, runs in self._launched().items():
+            if program not in result:
+                result[program] = sorted(runs.values())
+                devices = {d for p, d in self.program_ops if p == program}
+                self.program_runs[program] = {(r, d) for r in runs for d in devices}
         return result
+
+    def _launched(self) -> dict[int, dict[int, int]]:
+        """program -> run -> launch start, for the launches whose name is a program seen on a
+        device. A name two programs share (a function compiled again for other shapes) goes
+        to the one whose kernels start first after the launch."""
+        for starts in self.op_starts.values():
+            starts.sort()
+        result: defaultdict[int, dict[int, int]] = defaultdict(dict)
+        for name, run, start in self.launches:
+            candidates = self.named_programs.get(name)
+            if not candidates:
+                continue
+            program = min(candidates, key=lambda p: self._next_op_after(p, start))
+            result[program].setdefault(run, start)
+        return result
+
+    def _next_op_after(self, program: int, start: int) -> int:
+        starts = self.op_starts[program]
+        index = bisect.bisect_left(starts, start)
+        return starts[index] if index < len(starts) else 2**63
 
 
 def parse_sample(

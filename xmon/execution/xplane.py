@@ -37,6 +37,8 @@ from xmon.proto import xplane_pb2
 PROGRAM_ID = "program_id"
 RUN_ID = "run_id"
 MODULES_LINE = "XLA Modules"
+HLO_MODULE = "hlo_module"  # the program's name, on a GPU's kernel events
+LAUNCH_NAME = "name"  # the program's name, on the host's launch events (with a run id)
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
@@ -60,6 +62,10 @@ class ExecutionCounter:
         self._runs: defaultdict[int, set[int]] = defaultdict(set)
         self._run_count = 0
         self._module_events: dict[int, int] = {}  # per program: most events on one plane
+        # GPU kernels carry no run id: their executions are the host's launches of their name
+        # (run ids), where the name is one program's (see xmon.execution.samples).
+        self._launches: defaultdict[str, set[int]] = defaultdict(set)
+        self._named: defaultdict[str, set[int]] = defaultdict(set)
 
     def add(self, space: xplane_pb2.XSpace) -> None:
         for plane in space.planes:
@@ -68,16 +74,23 @@ class ExecutionCounter:
     def counts(self) -> dict[int, int]:
         """Executions by program id."""
         programs = set(self._runs) | set(self._module_events)
-        return {p: max(len(self._runs.get(p, ())), self._module_events.get(p, 0)) for p in programs}
+        counts = {
+            p: max(len(self._runs.get(p, ())), self._module_events.get(p, 0)) for p in programs
+        }
+        for name, runs in self._launches.items():
+            named = self._named.get(name, set())
+            if len(named) == 1 and (program := next(iter(named))) not in counts:
+                counts[program] = len(runs)  # a name two programs share is left uncounted
+        return counts
 
     def add_plane(
         self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine] | None = None
     ) -> None:
         """Count a plane: its header (metadata) and ``lines``, by default its own."""
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
-        ids = stat_ids(names, (PROGRAM_ID, RUN_ID))
-        if ids[PROGRAM_ID] is None:
-            return  # a plane without programs (python, host threads): skip its events fast
+        ids = stat_ids(names, (PROGRAM_ID, RUN_ID, HLO_MODULE, LAUNCH_NAME))
+        if ids[PROGRAM_ID] is None and (ids[RUN_ID] is None or ids[LAUNCH_NAME] is None):
+            return  # a plane without programs or launches (python): skip its events fast
         shared = {
             key: values
             for key, meta in plane.event_metadata.items()
@@ -92,6 +105,7 @@ class ExecutionCounter:
                     values = stat_value(event.stats, ids, names, values)
                 program, run = _as_int(values.get(PROGRAM_ID)), _as_int(values.get(RUN_ID))
                 if program is None:
+                    self._add_launch(values.get(LAUNCH_NAME), run)
                     continue
                 if run is not None:
                     runs = self._runs[program]
@@ -99,10 +113,18 @@ class ExecutionCounter:
                     runs.add(run)
                 elif on_modules_line:
                     module_events[program] += max(1, event.num_occurrences)
+                elif isinstance(module := values.get(HLO_MODULE), str):
+                    self._named[module].add(program)
             programs = len(set(self._runs) | set(module_events) | set(self._module_events))
             check_ids(self.bounds, programs=programs, devices=0, runs=self._run_count)
         for program, n in module_events.items():
             self._module_events[program] = max(self._module_events.get(program, 0), n)
+
+    def _add_launch(self, name: object, run: int | None) -> None:
+        if run is not None and isinstance(name, str) and name:
+            runs = self._launches[name]
+            self._run_count += run not in runs
+            runs.add(run)
 
 
 def count_executions(spaces: Iterable[xplane_pb2.XSpace]) -> dict[int, int]:
