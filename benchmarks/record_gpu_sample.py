@@ -5,13 +5,16 @@ beside the job's own truth.
 
     python benchmarks/record_gpu_sample.py OUT_DIR [--samples 2] [--duration 0.5]
 
-Writes OUT_DIR/sample-N.xspace and OUT_DIR/samples.json (the truth and the step begins).
+Writes OUT_DIR/sample-N.xspace and OUT_DIR/samples.json (the truth, the step begins, and the
+module ids the agent's catalogue holds for each program). RECORD_N sets the matrices' size
+(4096; smaller to try it on a CPU).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -19,12 +22,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+import xmon
 from xmon.agent.capabilities import Capabilities
 from xmon.agent.internals import probe
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.steps import StepTimer
 
-N, CHAIN, RATE, SMALL_PER_STEP = 4096, 8, 20.0, 3
+N, CHAIN, RATE, SMALL_PER_STEP = int(os.environ.get("RECORD_N", 4096)), 8, 20.0, 3
 
 
 @jax.jit
@@ -46,6 +50,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=0.5)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    # The agent attached (no daemon) before the compiles, so its catalogue holds their ids.
+    agent = xmon.attach(job_name="record", socket_path=args.out / "absent.sock", ledger=False)
     a = jnp.full((N, N), 0.01, jnp.bfloat16)
     b = jnp.full((N, N), 0.01, jnp.bfloat16)
     big(a, b).block_until_ready()
@@ -80,10 +86,14 @@ def main() -> None:
     stop.set()
     worker.join()
     elapsed = time.monotonic() - started
+    agent.hlo.drain()  # the module ids the agent read from each executable
+    catalogue = {name: list(getattr(agent.compiles.program_by_name(name), "program_ids", ()))
+                 for name in ("jit_big", "jit_small")}  # fmt: skip
     meta = {"backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
             "jax": jax.__version__, "rate": counts["steps"] / elapsed,
             "busy": counts["blocked"] / elapsed, "small_per_step": SMALL_PER_STEP,
-            "flops_per_big": CHAIN * 2 * N**3, "samples": []}  # fmt: skip
+            "flops_per_big": CHAIN * 2 * N**3, "catalogue_ids": catalogue,
+            "samples": []}  # fmt: skip
     for index, sample in enumerate(sent):
         (args.out / f"sample-{index}.xspace").write_bytes(sample.xspace)
         meta["samples"].append({"duration": sample.duration_seconds,

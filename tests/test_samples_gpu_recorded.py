@@ -62,3 +62,21 @@ def test_a_captured_gpu_trace_counts_the_launches_of_each_program() -> None:
     space = xplane_pb2.XSpace.FromString(sample(0))
     counts = count_executions([space])
     assert counts[BIG] == 10 and counts[SMALL] == 3 * counts[BIG] + 3, counts
+
+
+def test_ids_the_catalogue_does_not_hold_are_matched_by_name_to_its_newest_program() -> None:
+    """The profiler's program id on GPU may not be a module id the agent read from the
+    executable: the kernels' program name then stands in, for the newest program of the name
+    (a function recompiled for other shapes keeps its name)."""
+    from xmon.execution.rates import unclaimed_ids, with_ledger
+    from xmon.model import Program
+
+    rates = ledger_rates(readings())
+    old = Program("f-old", "jit_big", program_ids=(7,), compiled_at=1.0)
+    new = Program("f-new", "jit_big", program_ids=(8,), compiled_at=2.0)
+    small = Program("f-small", "jit_small", program_ids=(SMALL,), compiled_at=1.0)
+    extra = unclaimed_ids([old, new, small], rates)
+    assert extra == {"f-new": (BIG,)}  # SMALL is claimed by its own id
+    counted = with_ledger(new, rates, META["rate"], extra["f-new"])
+    assert counted.executions_per_step == pytest.approx(1.0, rel=0.01)
+    assert with_ledger(old, rates, META["rate"]).executions_per_step == 0.0

@@ -91,7 +91,10 @@ class JobBuilder:
         last = self._built.get(id(state))
         if last is not None and all(a is b or a == b for a, b in zip(last[0], key, strict=True)):
             return last[1]
-        programs = tuple(rates.with_ledger(p, ledger, step_rate) for p in ordered)
+        extra = rates.unclaimed_ids(ordered, ledger)
+        programs = tuple(
+            rates.with_ledger(p, ledger, step_rate, extra.get(p.fingerprint, ())) for p in ordered
+        )
         self._built[id(state)] = (key, programs)
         return programs
 

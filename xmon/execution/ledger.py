@@ -37,6 +37,7 @@ class LedgerRates:
     # breakdown and the fleet's straggler judgement read.
     busy_ratio_median: Mapping[int, float] = field(default_factory=dict)
     collective_ratio_median: Mapping[int, float] = field(default_factory=dict)
+    program_names: Mapping[int, str] = field(default_factory=dict)  # where samples name them
 
 
 class JobLedger:
@@ -113,6 +114,7 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             {d: min(1.0, s / sampled) for d, s in collective.items()} if sampled > 0 else {}
         ),
         busy_ratio_median=_median_ratios(samples, lambda s: s.device_busy_seconds),
+        program_names={p: name for s in samples for p, name in s.program_names.items()},
         collective_ratio_median=_median_ratios(samples, lambda s: s.device_collective_seconds),
     )
 

@@ -11,6 +11,7 @@ and an eval program run every N steps all count as often as they run.
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,16 +30,40 @@ def flops_per_token(
     return 6.0 * n_params + 12.0 * n_layers * context * d_model
 
 
-def with_ledger(program: Program, rates: LedgerRates, steps_per_second: float | None) -> Program:
+def unclaimed_ids(programs: Sequence[Program], rates: LedgerRates) -> dict[str, tuple[int, ...]]:
+    """Sample program ids no program of the job claims, by the fingerprint of the program they
+    stand for: the newest of the job's programs with the name the sample gives the id. The
+    profiler's program id on GPU can differ from the module ids the agent read from the
+    executable; the kernels still name their program."""
+    claimed = {i for p in programs for i in p.program_ids}
+    newest: dict[str, Program] = {}
+    for program in programs:
+        known = newest.get(program.name)
+        if known is None or (program.compiled_at or 0.0) >= (known.compiled_at or 0.0):
+            newest[program.name] = program
+    found: defaultdict[str, list[int]] = defaultdict(list)
+    for sample_id, name in rates.program_names.items():
+        if sample_id not in claimed and (program := newest.get(name)) is not None:
+            found[program.fingerprint].append(sample_id)
+    return {fingerprint: tuple(ids) for fingerprint, ids in found.items()}
+
+
+def with_ledger(
+    program: Program,
+    rates: LedgerRates,
+    steps_per_second: float | None,
+    extra_ids: Sequence[int] = (),
+) -> Program:
     """The program with its executions in the ledger: the sum over its module ids (a program
-    recompiled while sampled ran under both). Unchanged without ids or before any sample.
+    recompiled while sampled ran under both) and ``extra_ids`` (see :func:`unclaimed_ids`).
+    Unchanged without ids or before any sample.
 
     Executions per second are executions per step times the job's step rate where one is given
     (step markers: measured outside the samples, so unslowed by the profiler), else the rate
     the samples saw."""
-    if not program.program_ids or rates.samples == 0:
+    ids = set(program.program_ids) | set(extra_ids)
+    if not ids or rates.samples == 0:
         return program
-    ids = set(program.program_ids)
     per_step_known = bool(rates.executions_per_step)  # then a program not in it ran 0 times
     per_step_value = sum(rates.executions_per_step.get(i, 0.0) for i in ids)
     if steps_per_second is not None and per_step_known:

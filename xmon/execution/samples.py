@@ -131,6 +131,9 @@ class SampleReading:
     # too few times: the job's first marked steps at the sample's very end, a step longer than
     # the sample) counts are over the whole sample and ``steps_in_core`` is only a guess.
     whole_periods: bool = True
+    # program id -> its name (``jit_step``) where the sample names it (GPU kernels do): the
+    # daemon's fallback where the job's catalogue holds other ids for the same program.
+    program_names: Mapping[int, str] = field(default_factory=dict)
 
 
 class _Intervals:
@@ -369,6 +372,7 @@ def reading_from(
         },
         program_device_seconds=dict(program_seconds),
         program_device_runs={p: len(runs) for p, runs in parser.program_runs.items()},
+        program_names={p: name for name, ids in parser.named_programs.items() for p in ids},
         device_collective_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.collective_ops.items()
         },
