@@ -72,8 +72,11 @@ def test_ids_the_catalogue_does_not_hold_are_matched_by_name_to_its_newest_progr
     from xmon.model import Program
 
     rates = ledger_rates(readings())
+    # As recorded: the agent's catalogue held other ids than the profiler's for both programs.
+    catalogue = META["catalogue_ids"]
+    assert not {BIG, SMALL} & {i for ids in catalogue.values() for i in ids}, catalogue
     old = Program("f-old", "jit_big", program_ids=(7,), compiled_at=1.0)
-    new = Program("f-new", "jit_big", program_ids=(8,), compiled_at=2.0)
+    new = Program("f-new", "jit_big", program_ids=tuple(catalogue["jit_big"]), compiled_at=2.0)
     small = Program("f-small", "jit_small", program_ids=(SMALL,), compiled_at=1.0)
     extra = unclaimed_ids([old, new, small], rates)
     assert extra == {"f-new": (BIG,)}  # SMALL is claimed by its own id
