@@ -12,9 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from xmon.wire import RECEIVE_LIMIT_BYTES
+
 from flood_attacks import (
+    MemoryCap,
     RawStream,
     StalledView,
+    UnfinishedMessages,
     close_all,
     config_daemon,
     hello,
@@ -179,3 +183,62 @@ def test_a_view_that_stops_reading_is_cut_off(tmp_path: Path) -> None:
         close_all(views)
         agent.close()
         daemon.stop()
+
+
+MiB = 2**20
+
+
+def _flood_within_a_memory_limit(
+    daemon: Daemon, flood: UnfinishedMessages, agent_pid: int, seconds: float = 8.0
+) -> list[float]:
+    """Scrapes every 0.2 s while ``flood`` holds its streams, and a good agent attaching
+    meanwhile; the scrapes' times."""
+    times: list[float] = []
+    agent = RawStream(daemon.socket_path, [hello(agent_pid), report()], keepalive=0.5)
+    try:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends or f'pid="{agent_pid}"' not in daemon.scrape():
+            times.append(_scrape_seconds(daemon))
+            assert time.monotonic() < ends + 30, "the good agent never attached"
+            time.sleep(0.2)
+    finally:
+        agent.close()
+        flood.close()
+    return times
+
+
+def test_unfinished_messages_on_thousands_of_streams_stay_within_a_memory_limit(
+    tmp_path: Path,
+) -> None:
+    """The daemon in a memory cgroup of 1 GiB (as the unit's MemoryMax=1G; cgroup v2, else v1,
+    skipped where none can be made): 2,000 streams each sending all but the last byte of a
+    1 MiB message, then 2,000 doing so with the largest message it takes whole, then 1,000
+    attached agents doing so. Before: each stream could make gRPC hold 1 MiB and 64 KiB (a
+    2,000-stream flood grew the daemon by ~730 MiB in 5 s); now each holds at most 128 KiB
+    and 2,048 calls at once (max_inflight_bytes), and at most 256 streams wait for a hello."""
+    daemon = config_daemon(tmp_path, "hello_timeout_seconds = 60.0\n")
+    cap = MemoryCap.create(daemon.popen.pid, 1 << 30)
+    if cap is None:
+        daemon.stop()
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    try:
+        wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 20, "the first snapshot")
+        largest = RECEIVE_LIMIT_BYTES - 16  # its length prefix and field tag stay under it
+        floods = [
+            UnfinishedMessages(daemon.socket_path, 2000, MiB),
+            UnfinishedMessages(daemon.socket_path, 2000, largest),
+            UnfinishedMessages(daemon.socket_path, 1000, MiB, first=lambda i: hello(5000 + i)),
+        ]
+        times: list[float] = []
+        for i, flood in enumerate(floods):
+            times += _flood_within_a_memory_limit(daemon, flood, 900 + i)
+            assert daemon.alive(), f"flood {i} killed the daemon:\n{daemon.log()[-2000:]}"
+        assert cap.ooms() == 0
+        assert max(times) < 1.0, f"slowest scrape {max(times):.2f} s"
+        refused = daemon.scrape()
+        assert 'xmon_daemon_refused_total{bound="pending_hellos"}' in refused
+        # measured: ~160-210 MiB peak on the 2-CPU VM
+        assert cap.peak() < 640 * MiB, f"the daemon's cgroup peaked at {cap.peak() / MiB:.0f} MiB"
+    finally:
+        daemon.stop()
+        cap.remove()

@@ -15,8 +15,9 @@ netlink, a pid not on this host such as a job in another pid namespace), marked 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -67,3 +68,35 @@ class PidClaims:
             reason = f'cannot verify pid {pid} ({check.reason}) and verify_pids is "require"'
             return grpc.StatusCode.PERMISSION_DENIED, reason
         return None
+
+
+@dataclass
+class Arrivals:
+    """Streams waiting for their hello, oldest first (``max_pending_hellos``).
+
+    An agent sends its hello as soon as its stream opens, so a stream still waiting when the
+    room is full is the one to close: closing the oldest keeps a flood of streams that never
+    finish a hello from holding the room (and what gRPC holds for their unfinished messages)
+    while a real agent arriving meanwhile gets in."""
+
+    limit: int = 256
+    _waiting: OrderedDict[int, asyncio.Event] = field(default_factory=OrderedDict)
+    _next: int = 0
+
+    def enter(self) -> tuple[int, asyncio.Event, int]:
+        """A ticket for a new stream, its event set when it is to close, and how many older
+        streams were closed to make room for it."""
+        closed = 0
+        while len(self._waiting) >= self.limit:
+            _, event = self._waiting.popitem(last=False)
+            event.set()
+            closed += 1
+        self._next += 1
+        event = self._waiting[self._next] = asyncio.Event()
+        return self._next, event, closed
+
+    def leave(self, ticket: int) -> None:
+        self._waiting.pop(ticket, None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
