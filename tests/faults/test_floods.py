@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from xmon.client import DaemonClient
+from xmon.proto import xmon_pb2
 from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from flood_attacks import (
@@ -240,5 +242,54 @@ def test_unfinished_messages_on_thousands_of_streams_stay_within_a_memory_limit(
         # measured: ~160-210 MiB peak on the 2-CPU VM
         assert cap.peak() < 640 * MiB, f"the daemon's cgroup peaked at {cap.peak() / MiB:.0f} MiB"
     finally:
+        daemon.stop()
+        cap.remove()
+
+
+def _recompile_report(padding: int) -> bytes:
+    """A report whose recompiled function carries ``padding`` characters in each string the
+    daemon keeps of it."""
+    text = "x" * padding
+    row = xmon_pb2.FunctionCompiles(
+        name="f" + text, compiles_total=3, changes=[text], arguments=[text], jax_explanation=text
+    )
+    stall = xmon_pb2.StallReport(seconds_since_step=1.0, stacks=text)
+    message = xmon_pb2.AgentReport(seq=1, compile_functions=[row], stall=stall)
+    return xmon_pb2.AgentMessage(report=message).SerializeToString()
+
+
+def test_padded_recompile_strings_are_cut_within_a_memory_limit(tmp_path: Path) -> None:
+    """24 jobs whose reports pad every string the daemon keeps of a recompile (15 MiB over
+    them, sent in parts as an agent sends a large report), the daemon in a 1 GiB cgroup:
+    before, each job kept its 15 MiB and views printed them; now each string is cut to the
+    length an agent sends (xmon.daemon.report_strings) and a snapshot stays small."""
+    daemon = config_daemon(tmp_path)
+    cap = MemoryCap.create(daemon.popen.pid, 1 << 30)
+    if cap is None:
+        daemon.stop()
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    streams: list[RawStream] = []
+    process = psutil.Process(daemon.popen.pid)
+    try:
+        wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 20, "the first snapshot")
+        before = process.memory_info().rss
+        frames = in_part_frames(_recompile_report(3 * MiB))  # five strings: 15 MiB
+        cut = 'xmon_daemon_refused_total{bound="report_strings"}'
+        for i, pid in enumerate(range(6000, 6024)):  # one after another: joining holds 64 MiB
+            streams.append(RawStream(daemon.socket_path, [hello(pid), *frames], keepalive=1.0))
+            wait_for(lambda n=i: series_value(daemon, cut) >= 5 * (n + 1), 60, f"report {i}")  # type: ignore[misc]
+        assert daemon.alive() and cap.ooms() == 0
+        assert _scrape_seconds(daemon) < 1.0
+        with DaemonClient(daemon.socket_path) as client:
+            jobs = client.get_snapshot().jobs
+        assert len(jobs) >= 24
+        time.sleep(11)  # the daemon gives freed memory back to the system every 10 s
+        growth = (process.memory_info().rss - before) / MiB
+        print(f"RSS growth {growth:.0f} MiB, cgroup peak {cap.peak() / MiB:.0f} MiB")
+        # 24 x 15 MiB were kept before
+        assert growth < 64, f"24 padded reports grew the daemon by {growth:.0f} MiB"
+        assert cap.peak() < 640 * MiB, f"the daemon's cgroup peaked at {cap.peak() / MiB:.0f} MiB"
+    finally:
+        close_all(streams)
         daemon.stop()
         cap.remove()
