@@ -23,16 +23,19 @@ import grpc
 import psutil
 
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from common import machine, summary, table, today, write_section
 from flood_attacks import (
     RawStream,
     StalledView,
+    UnfinishedMessages,
     close_all,
     config_daemon,
     hello,
     idle_connections,
     in_part_frames,
+    recompile_report,
     refused,
     report,
     scrape_seconds,
@@ -145,6 +148,32 @@ def padded_streams(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     close_all(streams)
 
 
+def unfinished_messages(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count = sizes.n(2000, 200)
+    flood = UnfinishedMessages(daemon.socket_path, count, MiB)
+    at_limit = UnfinishedMessages(daemon.socket_path, count, RECEIVE_LIMIT_BYTES - 16)
+    attached = UnfinishedMessages(
+        daemon.socket_path, count // 2, MiB, first=lambda i: hello(5000 + i)
+    )
+    agent = RawStream(daemon.socket_path, [hello(900), report()], keepalive=1.0)
+    _attached(daemon, range(900, 901))
+    yield (f"{count:,} streams 1 byte short of 1 MiB, {count:,} short of the receive limit, "
+           f"{count // 2:,} attached agents short of 1 MiB; a good agent attaches")  # fmt: skip
+    for thing in (flood, at_limit, attached, agent):
+        thing.close()
+
+
+def recompile_strings(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count = sizes.n(24, 4)
+    frames = in_part_frames(recompile_report(3 * MiB))
+    streams = []
+    for pid in range(6000, 6000 + count):  # one after another: joining holds 64 MiB at most
+        streams.append(RawStream(daemon.socket_path, [hello(pid), *frames], keepalive=1.0))
+        _attached(daemon, range(pid, pid + 1))
+    yield f"{count} jobs whose reports pad the recompile and stall strings with 15 MiB"
+    close_all(streams)
+
+
 def many_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count = sizes.n(100_000, 20_000)
     stream = RawStream(daemon.socket_path, [hello(200, devices=count), report()], keepalive=1.0)
@@ -245,6 +274,8 @@ def tensorboard_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 FLOODS = (
     Flood("none", "", no_flood),
     Flood("padded streams", "", padded_streams),
+    Flood("unfinished messages", "hello_timeout_seconds = 60.0\n", unfinished_messages),
+    Flood("padded recompile strings", "", recompile_strings),
     Flood("100,000 devices", "", many_devices),
     Flood("snapshot > 16 MiB", "", large_snapshot),
     Flood("views that never read", "", stalled_views, hold=3.0),

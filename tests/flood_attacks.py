@@ -113,6 +113,18 @@ def report(programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: in
     return padded_message(encoded, "report", padding) if padding else encoded
 
 
+def recompile_report(padding: int) -> bytes:
+    """A report whose recompiled function carries ``padding`` characters in each string the
+    daemon keeps of it."""
+    text = "x" * padding
+    row = xmon_pb2.FunctionCompiles(
+        name="f" + text, compiles_total=3, changes=[text], arguments=[text], jax_explanation=text
+    )
+    stall = xmon_pb2.StallReport(seconds_since_step=1.0, stacks=text)
+    message = xmon_pb2.AgentReport(seq=1, compile_functions=[row], stall=stall)
+    return xmon_pb2.AgentMessage(report=message).SerializeToString()
+
+
 class RawStream:
     """One Connect stream sending raw frames (a generator may pace them), kept open until
     ``close()``. With ``keepalive``, a report every ``period`` seconds after them keeps the

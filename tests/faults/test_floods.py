@@ -13,7 +13,6 @@ import psutil
 import pytest
 
 from xmon.client import DaemonClient
-from xmon.proto import xmon_pb2
 from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from flood_attacks import (
@@ -26,6 +25,7 @@ from flood_attacks import (
     hello,
     idle_connections,
     in_part_frames,
+    recompile_report,
     report,
     scrape_seconds,
     series_value,
@@ -246,18 +246,6 @@ def test_unfinished_messages_on_thousands_of_streams_stay_within_a_memory_limit(
         cap.remove()
 
 
-def _recompile_report(padding: int) -> bytes:
-    """A report whose recompiled function carries ``padding`` characters in each string the
-    daemon keeps of it."""
-    text = "x" * padding
-    row = xmon_pb2.FunctionCompiles(
-        name="f" + text, compiles_total=3, changes=[text], arguments=[text], jax_explanation=text
-    )
-    stall = xmon_pb2.StallReport(seconds_since_step=1.0, stacks=text)
-    message = xmon_pb2.AgentReport(seq=1, compile_functions=[row], stall=stall)
-    return xmon_pb2.AgentMessage(report=message).SerializeToString()
-
-
 def test_padded_recompile_strings_are_cut_within_a_memory_limit(tmp_path: Path) -> None:
     """24 jobs whose reports pad every string the daemon keeps of a recompile (15 MiB over
     them, sent in parts as an agent sends a large report), the daemon in a 1 GiB cgroup:
@@ -273,7 +261,7 @@ def test_padded_recompile_strings_are_cut_within_a_memory_limit(tmp_path: Path) 
     try:
         wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 20, "the first snapshot")
         before = process.memory_info().rss
-        frames = in_part_frames(_recompile_report(3 * MiB))  # five strings: 15 MiB
+        frames = in_part_frames(recompile_report(3 * MiB))  # five strings: 15 MiB
         cut = 'xmon_daemon_refused_total{bound="report_strings"}'
         for i, pid in enumerate(range(6000, 6024)):  # one after another: joining holds 64 MiB
             streams.append(RawStream(daemon.socket_path, [hello(pid), *frames], keepalive=1.0))
