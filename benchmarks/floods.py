@@ -176,7 +176,9 @@ def recompile_strings(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 
 def many_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count = sizes.n(100_000, 20_000)
-    stream = RawStream(daemon.socket_path, [hello(200, devices=count), report()], keepalive=1.0)
+    stream = RawStream(
+        daemon.socket_path, [hello(200), *in_part_frames(report(devices=count))], keepalive=1.0
+    )
     _attached(daemon, range(200, 201))
     yield f"1 agent announcing {count:,} devices"
     stream.close()
@@ -184,7 +186,8 @@ def many_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 
 def large_snapshot(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     jobs = sizes.n(8, 2)
-    streams = [RawStream(daemon.socket_path, [hello(p), report(programs=4096)], keepalive=1.0)
+    programs = in_part_frames(report(programs=4096))
+    streams = [RawStream(daemon.socket_path, [hello(p), *programs], keepalive=1.0)
                for p in range(300, 300 + jobs)]  # fmt: skip
     _attached(daemon, range(300, 300 + jobs))
     channel = grpc.insecure_channel(
@@ -213,7 +216,8 @@ def large_snapshot(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 
 def stalled_views(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count, jobs = sizes.n(80, 12), 4
-    agents = [RawStream(daemon.socket_path, [hello(p), report(programs=4096)], keepalive=1.0)
+    programs = in_part_frames(report(programs=4096))
+    agents = [RawStream(daemon.socket_path, [hello(p), *programs], keepalive=1.0)
               for p in range(400, 400 + jobs)]  # fmt: skip
     _attached(daemon, range(400, 400 + jobs))
     views = [StalledView(daemon.socket_path) for _ in range(count)]
@@ -253,7 +257,8 @@ def tensorboard_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     stop = threading.Event()
 
     def frames() -> Iterator[bytes]:
-        yield hello(500, devices=count)
+        yield hello(500)
+        yield from in_part_frames(report(devices=count))
         seq = 0
         while not stop.is_set():
             seq += 1

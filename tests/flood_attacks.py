@@ -93,11 +93,15 @@ def hello(pid: int, devices: int = 0, padding: int = 0) -> bytes:
     return padded_message(encoded, "hello", padding) if padding else encoded
 
 
-def report(programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: int = 1) -> bytes:
-    """An AgentMessage carrying a report that announces ``programs`` programs (and memory
-    readings of ``memory_devices`` devices)."""
+def report(
+    programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: int = 1, devices: int = 0
+) -> bytes:
+    """An AgentMessage carrying a report that announces ``programs`` programs and ``devices``
+    devices (and memory readings of ``memory_devices`` devices). One larger than the daemon's
+    receive limit is sent as an agent sends it: ``in_part_frames``."""
     message = xmon_pb2.AgentReport(
         seq=seq,
+        devices=[xmon_pb2.DeviceInfo(id=i, platform="cpu") for i in range(devices)],
         memory=[
             xmon_pb2.DeviceMemorySample(
                 device_id=i, stats={"bytes_in_use": seq * 1024 + i, "bytes_limit": 1 << 34}

@@ -72,7 +72,7 @@ def test_padded_reports_and_hellos_are_not_kept(tmp_path: Path) -> None:
 
 def test_a_job_announcing_100000_devices(tmp_path: Path) -> None:
     daemon = config_daemon(tmp_path)
-    stream = RawStream(daemon.socket_path, [hello(200, devices=100_000), report()])
+    stream = RawStream(daemon.socket_path, [hello(200), *in_part_frames(report(devices=100_000))])
     try:
         wait_for(lambda: 'pid="200"' in daemon.scrape(), 30, "the job's series")
         times = [_scrape_seconds(daemon) for _ in range(5)]
@@ -131,7 +131,7 @@ def test_views_that_never_read_are_capped(tmp_path: Path) -> None:
     config = "max_subscribers = 8\nsubscriber_stall_seconds = 2.0\n"
     daemon = config_daemon(tmp_path, config, period=0.2)
     process = psutil.Process(daemon.popen.pid)
-    agent = RawStream(daemon.socket_path, [hello(400), report(programs=4096)])
+    agent = RawStream(daemon.socket_path, [hello(400), *in_part_frames(report(programs=4096))])
     views: list[StalledView] = []
     try:
         wait_for(lambda: 'pid="400"' in daemon.scrape(), 30, "the job with 4096 programs")
@@ -156,7 +156,9 @@ def test_a_view_that_stops_reading_is_cut_off(tmp_path: Path) -> None:
     daemon = config_daemon(tmp_path, config, period=0.5)
     process = psutil.Process(daemon.popen.pid)
     # a job of 4,096 programs: snapshots of ~56 KB
-    agent = RawStream(daemon.socket_path, [hello(410), report(programs=4096)], keepalive=0.5)
+    agent = RawStream(
+        daemon.socket_path, [hello(410), *in_part_frames(report(programs=4096))], keepalive=0.5
+    )
     views: list[StalledView] = []
     try:
         wait_for(lambda: 'pid="410"' in daemon.scrape(), 30, "the job with 4096 programs")

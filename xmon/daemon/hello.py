@@ -18,6 +18,7 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -80,7 +81,10 @@ class Arrivals:
     while a real agent arriving meanwhile gets in."""
 
     limit: int = 256
-    _waiting: OrderedDict[int, asyncio.Event] = field(default_factory=OrderedDict)
+    # ticket -> (set when the stream is to close, the task reading its hello)
+    _waiting: OrderedDict[int, tuple[asyncio.Event, asyncio.Task[Any] | None]] = field(
+        default_factory=OrderedDict
+    )
     _next: int = 0
 
     def enter(self) -> tuple[int, asyncio.Event, int]:
@@ -88,11 +92,14 @@ class Arrivals:
         streams were closed to make room for it."""
         closed = 0
         while len(self._waiting) >= self.limit:
-            _, event = self._waiting.popitem(last=False)
+            _, (event, task) = self._waiting.popitem(last=False)
             event.set()
+            if task is not None:  # its read is cancelled; it then ends the stream
+                task.cancel()
             closed += 1
         self._next += 1
-        event = self._waiting[self._next] = asyncio.Event()
+        event = asyncio.Event()
+        self._waiting[self._next] = (event, asyncio.current_task())
         return self._next, event, closed
 
     def leave(self, ticket: int) -> None:

@@ -200,22 +200,20 @@ async def _first_message(
     """The stream's first message (or grpc.aio.EOF); None once the stream is ended because
     none came within ``timeout`` or because newer streams needed its place among those
     awaiting a hello."""
-    read = asyncio.ensure_future(context.read())
-    evicted = asyncio.ensure_future(closing.wait())
     try:
-        await asyncio.wait({read, evicted}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        evicted.cancel()
-    if read.done():
-        return read.result()
-    read.cancel()
-    if closing.is_set():  # counted by Arrivals.enter's caller, with the streams it closed
+        return await asyncio.wait_for(context.read(), timeout)
+    except TimeoutError:
+        budget.refuse("hello_timeout")
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not closing.is_set() or task is None:  # cancelled by gRPC: the call is over
+            raise
+        task.uncancel()  # cancelled by Arrivals.enter: this stream waited longest
         await context.abort(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             "too many streams are waiting to send a hello (max_pending_hellos); "
             "this one waited longest",
         )
-    budget.refuse("hello_timeout")
     await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {timeout:g} s")
     return None
 
