@@ -23,11 +23,13 @@ import grpc
 import psutil
 
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from common import machine, summary, table, today, write_section
 from flood_attacks import (
     RawStream,
     StalledView,
+    UnfinishedMessages,
     close_all,
     config_daemon,
     distinct_ids_space,
@@ -35,6 +37,7 @@ from flood_attacks import (
     hello,
     idle_connections,
     in_part_frames,
+    recompile_report,
     refused,
     report,
     scrape_seconds,
@@ -148,9 +151,37 @@ def padded_streams(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     close_all(streams)
 
 
+def unfinished_messages(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count = sizes.n(2000, 200)
+    flood = UnfinishedMessages(daemon.socket_path, count, MiB)
+    at_limit = UnfinishedMessages(daemon.socket_path, count, RECEIVE_LIMIT_BYTES - 16)
+    attached = UnfinishedMessages(
+        daemon.socket_path, count // 2, MiB, first=lambda i: hello(5000 + i)
+    )
+    agent = RawStream(daemon.socket_path, [hello(900), report()], keepalive=1.0)
+    _attached(daemon, range(900, 901))
+    yield (f"{count:,} streams 1 byte short of 1 MiB, {count:,} short of the receive limit, "
+           f"{count // 2:,} attached agents short of 1 MiB; a good agent attaches")  # fmt: skip
+    for thing in (flood, at_limit, attached, agent):
+        thing.close()
+
+
+def recompile_strings(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count = sizes.n(24, 4)
+    frames = in_part_frames(recompile_report(3 * MiB))
+    streams = []
+    for pid in range(6000, 6000 + count):  # one after another: joining holds 64 MiB at most
+        streams.append(RawStream(daemon.socket_path, [hello(pid), *frames], keepalive=1.0))
+        _attached(daemon, range(pid, pid + 1))
+    yield f"{count} jobs whose reports pad the recompile and stall strings with 15 MiB"
+    close_all(streams)
+
+
 def many_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count = sizes.n(100_000, 20_000)
-    stream = RawStream(daemon.socket_path, [hello(200, devices=count), report()], keepalive=1.0)
+    stream = RawStream(
+        daemon.socket_path, [hello(200), *in_part_frames(report(devices=count))], keepalive=1.0
+    )
     _attached(daemon, range(200, 201))
     yield f"1 agent announcing {count:,} devices"
     stream.close()
@@ -180,7 +211,8 @@ def impossible_step_begins(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 
 def large_snapshot(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     jobs = sizes.n(8, 2)
-    streams = [RawStream(daemon.socket_path, [hello(p), report(programs=4096)], keepalive=1.0)
+    programs = in_part_frames(report(programs=4096))
+    streams = [RawStream(daemon.socket_path, [hello(p), *programs], keepalive=1.0)
                for p in range(300, 300 + jobs)]  # fmt: skip
     _attached(daemon, range(300, 300 + jobs))
     channel = grpc.insecure_channel(
@@ -209,7 +241,8 @@ def large_snapshot(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 
 def stalled_views(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count, jobs = sizes.n(80, 12), 4
-    agents = [RawStream(daemon.socket_path, [hello(p), report(programs=4096)], keepalive=1.0)
+    programs = in_part_frames(report(programs=4096))
+    agents = [RawStream(daemon.socket_path, [hello(p), *programs], keepalive=1.0)
               for p in range(400, 400 + jobs)]  # fmt: skip
     _attached(daemon, range(400, 400 + jobs))
     views = [StalledView(daemon.socket_path) for _ in range(count)]
@@ -249,7 +282,8 @@ def tensorboard_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     stop = threading.Event()
 
     def frames() -> Iterator[bytes]:
-        yield hello(500, devices=count)
+        yield hello(500)
+        yield from in_part_frames(report(devices=count))
         seq = 0
         while not stop.is_set():
             seq += 1
@@ -270,6 +304,8 @@ def tensorboard_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
 FLOODS = (
     Flood("none", "", no_flood),
     Flood("padded streams", "", padded_streams),
+    Flood("unfinished messages", "hello_timeout_seconds = 60.0\n", unfinished_messages),
+    Flood("padded recompile strings", "", recompile_strings),
     Flood("100,000 devices", "", many_devices),
     Flood("snapshot > 16 MiB", "", large_snapshot),
     Flood("samples of distinct ids", "", distinct_id_samples),

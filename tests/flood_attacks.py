@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import grpc
@@ -94,11 +94,15 @@ def hello(pid: int, devices: int = 0, padding: int = 0) -> bytes:
     return padded_message(encoded, "hello", padding) if padding else encoded
 
 
-def report(programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: int = 1) -> bytes:
-    """An AgentMessage carrying a report that announces ``programs`` programs (and memory
-    readings of ``memory_devices`` devices)."""
+def report(
+    programs: int = 0, padding: int = 0, memory_devices: int = 0, seq: int = 1, devices: int = 0
+) -> bytes:
+    """An AgentMessage carrying a report that announces ``programs`` programs and ``devices``
+    devices (and memory readings of ``memory_devices`` devices). One larger than the daemon's
+    receive limit is sent as an agent sends it: ``in_part_frames``."""
     message = xmon_pb2.AgentReport(
         seq=seq,
+        devices=[xmon_pb2.DeviceInfo(id=i, platform="cpu") for i in range(devices)],
         memory=[
             xmon_pb2.DeviceMemorySample(
                 device_id=i, stats={"bytes_in_use": seq * 1024 + i, "bytes_limit": 1 << 34}
@@ -161,6 +165,18 @@ def execution_sample(
         step_begin_seconds=list(step_begins), steps_marked=True,
     )  # fmt: skip
     return xmon_pb2.AgentMessage(execution_sample=sample).SerializeToString()
+
+
+def recompile_report(padding: int) -> bytes:
+    """A report whose recompiled function carries ``padding`` characters in each string the
+    daemon keeps of it."""
+    text = "x" * padding
+    row = xmon_pb2.FunctionCompiles(
+        name="f" + text, compiles_total=3, changes=[text], arguments=[text], jax_explanation=text
+    )
+    stall = xmon_pb2.StallReport(seconds_since_step=1.0, stacks=text)
+    message = xmon_pb2.AgentReport(seq=1, compile_functions=[row], stall=stall)
+    return xmon_pb2.AgentMessage(report=message).SerializeToString()
 
 
 class RawStream:
@@ -244,3 +260,224 @@ def slow_metrics_clients(host: str, port: int, count: int) -> list[socket.socket
 def close_all(things: list[socket.socket] | list[RawStream] | list[StalledView]) -> None:
     for thing in things:
         thing.close()
+
+
+# A gRPC client can only send whole messages, so the streams that stop one byte short of the
+# end of a message speak HTTP/2 themselves: frames per RFC 9113, headers as HPACK literals.
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _RST, _SETTINGS, _PING, _GOAWAY, _WINDOW = 0, 1, 3, 4, 6, 7, 8
+_FRAME_BYTES = 16384  # SETTINGS_MAX_FRAME_SIZE's initial value
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+    )
+
+
+def _literal(name: str, value: str) -> bytes:
+    """One header as an HPACK literal without indexing (names and values under 127 bytes)."""
+    return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+
+
+_CONNECT_HEADERS = b"".join(
+    _literal(name, value)
+    for name, value in (
+        (":method", "POST"), (":scheme", "http"), (":path", "/xmon.v1.Ingest/Connect"),
+        (":authority", "localhost"), ("content-type", "application/grpc"), ("te", "trailers"),
+    )
+)  # fmt: skip
+
+
+def grpc_frame(message: bytes) -> bytes:
+    """``message`` as gRPC puts it on a stream: uncompressed flag, 4-byte length, bytes."""
+    return b"\0" + len(message).to_bytes(4, "big") + message
+
+
+class UnfinishedMessages:
+    """``streams`` Connect streams over ``connections`` raw HTTP/2 connections, each sending
+    ``first(i)`` (whole messages, e.g. the hello of stream ``i``) and then all but the last
+    byte of a message of ``size`` bytes, as fast as the daemon's flow-control windows allow;
+    then they wait.
+
+    ``sent`` counts the bytes of unfinished messages the daemon let in; ``reset`` the streams it
+    ended. One thread per connection keeps reading the daemon's frames (window updates)."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        streams: int,
+        size: int,
+        first: Callable[[int], bytes] | None = None,
+        connections: int = 20,
+    ) -> None:
+        self.sent = 0
+        self.reset = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        unfinished = grpc_frame(b"\0" * size)[:-1]
+        payloads = [(grpc_frame(first(i)) if first else b"") + unfinished for i in range(streams)]
+        per = -(-streams // connections)
+        self._threads = [
+            threading.Thread(
+                target=self._connection, args=(socket_path, payloads[i : i + per]), daemon=True
+            )
+            for i in range(0, streams, per)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _connection(self, socket_path: Path, payloads: list[bytes]) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(socket_path))
+            _H2Sender(sock, payloads, self).run(self._stop)
+        except OSError:
+            pass  # the daemon closed the connection: counted as reset by the sender
+        finally:
+            sock.close()
+
+    def note(self, sent: int = 0, reset: int = 0) -> None:
+        with self._lock:
+            self.sent += sent
+            self.reset += reset
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+class _H2Sender:
+    """One connection's streams: headers, then data within the peer's windows."""
+
+    def __init__(
+        self, sock: socket.socket, payloads: list[bytes], owner: UnfinishedMessages
+    ) -> None:
+        self.sock, self.owner = sock, owner
+        self.ids = [1 + 2 * i for i in range(len(payloads))]
+        self.payload = dict(zip(self.ids, payloads, strict=True))
+        self.offset = dict.fromkeys(self.ids, 0)
+        self.initial = 65535  # SETTINGS_INITIAL_WINDOW_SIZE until the daemon says otherwise
+        self.window = dict.fromkeys(self.ids, 0)  # credit beyond the initial window
+        self.connection = 65535
+        self.buffer = b""
+
+    def run(self, stop: threading.Event) -> None:
+        self.sock.sendall(_PREFACE + _frame(_SETTINGS, 0, 0))
+        self.sock.sendall(b"".join(_frame(_HEADERS, 0x4, i, _CONNECT_HEADERS) for i in self.ids))
+        self.sock.settimeout(0.05)
+        while not stop.is_set():
+            self._send()
+            try:
+                data = self.sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not data:
+                self.owner.note(reset=len(self.offset))
+                return
+            self._read(data)
+
+    def _send(self) -> None:
+        out = []
+        for stream, offset in list(self.offset.items()):
+            payload = self.payload[stream]
+            room = min(self.initial + self.window[stream] - offset, self.connection,
+                       len(payload) - offset)  # fmt: skip
+            while room > 0:
+                chunk = payload[offset : offset + min(room, _FRAME_BYTES)]
+                out.append(_frame(_DATA, 0, stream, chunk))
+                offset += len(chunk)
+                room -= len(chunk)
+                self.connection -= len(chunk)
+                self.owner.note(sent=len(chunk))
+            self.offset[stream] = offset
+        if out:  # within the daemon's windows: it reads these, so a blocking send ends
+            self.sock.settimeout(30)
+            self.sock.sendall(b"".join(out))
+            self.sock.settimeout(0.05)
+
+    def _read(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 9:
+            length = int.from_bytes(self.buffer[:3], "big")
+            if len(self.buffer) < 9 + length:
+                return
+            kind, flags = self.buffer[3], self.buffer[4]
+            stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
+            payload, self.buffer = self.buffer[9 : 9 + length], self.buffer[9 + length :]
+            self._on_frame(kind, flags, stream, payload)
+
+    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if kind == _SETTINGS and not flags & 0x1:
+            for i in range(0, len(payload), 6):
+                if int.from_bytes(payload[i : i + 2], "big") == 0x4:  # INITIAL_WINDOW_SIZE
+                    self.initial = int.from_bytes(payload[i + 2 : i + 6], "big")
+            self.sock.sendall(_frame(_SETTINGS, 0x1, 0))
+        elif kind == _PING and not flags & 0x1:
+            self.sock.sendall(_frame(_PING, 0x1, 0, payload))
+        elif kind == _WINDOW:
+            credit = int.from_bytes(payload, "big") & 0x7FFFFFFF
+            if stream == 0:
+                self.connection += credit
+            elif stream in self.window:
+                self.window[stream] += credit
+        elif stream in self.offset and (kind == _RST or (kind == _HEADERS and flags & 0x1)):
+            del self.offset[stream]  # ended by the daemon (trailers or a reset)
+            self.owner.note(reset=1)
+
+
+class MemoryCap:
+    """A memory cgroup holding one process, as the unit's ``MemoryMax=``: the kernel OOM-kills
+    the process past ``limit`` bytes, counting what it holds in the kernel for it too (socket
+    buffers). cgroup v2 (``memory.max``) where it is mounted, else v1 (``limit_in_bytes``);
+    ``None`` from ``create`` where neither can be made (not root, no memory controller)."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path, self.version = path, version
+
+    @classmethod
+    def create(cls, pid: int, limit: int, name: str = "xmon-test") -> MemoryCap | None:
+        v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+        for root, version, knob in ((v2, 2, "memory.max"), (v1, 1, "memory.limit_in_bytes")):
+            if version == 2 and not (root / "cgroup.controllers").is_file():
+                continue
+            path = root / f"{name}-{pid}"
+            try:
+                path.mkdir()
+                (path / knob).write_text(str(limit))
+                if version == 1:  # no swap to spill into: the limit is the process's memory
+                    (path / "memory.memsw.limit_in_bytes").write_text(str(limit))
+                (path / "cgroup.procs").write_text(str(pid))
+            except OSError:
+                if path.is_dir():
+                    path.rmdir()
+                continue
+            return cls(path, version)
+        return None
+
+    def peak(self) -> int:
+        """The most bytes the cgroup held (v2 kernels before 5.19 have no memory.peak)."""
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.path / name).read_text())
+        except OSError:
+            return 0
+
+    def ooms(self) -> int:
+        """Processes the kernel killed for the limit (v2: ``oom_kill`` in memory.events)."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        for line in (self.path / name).read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Remove the cgroup once its process has ended (or moved out)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)

@@ -190,8 +190,9 @@ BAD = [
     ("file-unknown-key", "perod_seconds = 1", {}, {},
      'config {path}: unknown key "perod_seconds"; valid keys: agent_timeout_seconds, '
      "collectors, hello_timeout_seconds, host, listen_host, listen_port, log_level, logdir, "
-     "max_agents, max_connections, max_devices_per_job, max_job_bytes, max_message_bytes, "
-     "max_programs_per_job, max_state_bytes, max_subscribers, metrics_max_connections, peaks, "
+     "max_agents, max_connections, max_devices_per_job, max_inflight_bytes, max_job_bytes, "
+     "max_message_bytes, max_pending_hellos, max_programs_per_job, max_state_bytes, "
+     "max_subscribers, metrics_max_connections, peaks, "
      "period_seconds, procfs_root, profiling, program_series_limit, socket_path, "
      "subscriber_stall_seconds, sysfs_root, tpu_full_poll_seconds, tpu_metrics_addresses, "
      "verify_pids"),

@@ -31,6 +31,9 @@ REFUSAL_BOUNDS = (
     "job_bytes",  # new devices or programs that would pass max_job_bytes
     "state_bytes",  # ... that would pass max_state_bytes over all jobs
     "connections",  # streams past max_connections
+    "inflight_bytes",  # streams past the calls max_inflight_bytes allows at once
+    "pending_hellos",  # streams waiting for a hello past max_pending_hellos: the oldest closed
+    "report_strings",  # strings of a kept report (recompiled functions, stall) cut to length
     "hello_timeout",  # streams that sent no hello within hello_timeout_seconds
     "pid_claims",  # hellos claiming a pid whose process holds no connection (verify_pids)
     "subscribers",  # views past max_subscribers, or cut off after subscriber_stall_seconds

@@ -5,8 +5,10 @@ driven by the proto's own descriptor instead of hand-written field lists on both
 
 The daemon takes at most ``PART_BYTES`` (plus framing) in one gRPC message: gRPC holds each
 stream's whole message before the daemon reads a byte of it, so that limit, not the largest
-message, bounds what a stream can make it hold. An agent sends a larger message (an execution
-sample, a program's HLO, an out-of-memory profile) as ``MessagePart``s of its bytes.
+message, bounds what a stream can make it hold, and with the number of calls the daemon takes
+at once (``max_inflight_bytes``) what all streams together can. An agent sends a larger message
+(an execution sample, a program's HLO, an out-of-memory profile, a large report) as
+``MessagePart``s of its bytes.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from typing import Any
 
 from xmon.proto import xmon_pb2
 
-PART_BYTES = 1024 * 1024  # the data of one MessagePart
+# The data of one MessagePart. Small, because every call the daemon takes may hold one message
+# of this size in gRPC while its last bytes are awaited: 4,096 streams at 1 MiB were 4.4 GiB.
+PART_BYTES = 64 * 1024
 # Room under the daemon's receive limit for a part's own fields and for whole messages of
-# about a part's size (a report's catalogue of programs, a hello).
+# about a part's size: a hello (sent before the welcome says the part size; 32 arguments of at
+# most 1 KiB, its devices) and small reports.
 FRAMING_BYTES = 64 * 1024
 RECEIVE_LIMIT_BYTES = PART_BYTES + FRAMING_BYTES
 

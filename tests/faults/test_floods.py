@@ -12,14 +12,20 @@ from pathlib import Path
 import psutil
 import pytest
 
+from xmon.client import DaemonClient
+from xmon.wire import RECEIVE_LIMIT_BYTES
+
 from flood_attacks import (
+    MemoryCap,
     RawStream,
     StalledView,
+    UnfinishedMessages,
     close_all,
     config_daemon,
     hello,
     idle_connections,
     in_part_frames,
+    recompile_report,
     report,
     scrape_seconds,
     series_value,
@@ -66,7 +72,7 @@ def test_padded_reports_and_hellos_are_not_kept(tmp_path: Path) -> None:
 
 def test_a_job_announcing_100000_devices(tmp_path: Path) -> None:
     daemon = config_daemon(tmp_path)
-    stream = RawStream(daemon.socket_path, [hello(200, devices=100_000), report()])
+    stream = RawStream(daemon.socket_path, [hello(200), *in_part_frames(report(devices=100_000))])
     try:
         wait_for(lambda: 'pid="200"' in daemon.scrape(), 30, "the job's series")
         times = [_scrape_seconds(daemon) for _ in range(5)]
@@ -125,7 +131,7 @@ def test_views_that_never_read_are_capped(tmp_path: Path) -> None:
     config = "max_subscribers = 8\nsubscriber_stall_seconds = 2.0\n"
     daemon = config_daemon(tmp_path, config, period=0.2)
     process = psutil.Process(daemon.popen.pid)
-    agent = RawStream(daemon.socket_path, [hello(400), report(programs=4096)])
+    agent = RawStream(daemon.socket_path, [hello(400), *in_part_frames(report(programs=4096))])
     views: list[StalledView] = []
     try:
         wait_for(lambda: 'pid="400"' in daemon.scrape(), 30, "the job with 4096 programs")
@@ -150,7 +156,9 @@ def test_a_view_that_stops_reading_is_cut_off(tmp_path: Path) -> None:
     daemon = config_daemon(tmp_path, config, period=0.5)
     process = psutil.Process(daemon.popen.pid)
     # a job of 4,096 programs: snapshots of ~56 KB
-    agent = RawStream(daemon.socket_path, [hello(410), report(programs=4096)], keepalive=0.5)
+    agent = RawStream(
+        daemon.socket_path, [hello(410), *in_part_frames(report(programs=4096))], keepalive=0.5
+    )
     views: list[StalledView] = []
     try:
         wait_for(lambda: 'pid="410"' in daemon.scrape(), 30, "the job with 4096 programs")
@@ -179,3 +187,99 @@ def test_a_view_that_stops_reading_is_cut_off(tmp_path: Path) -> None:
         close_all(views)
         agent.close()
         daemon.stop()
+
+
+MiB = 2**20
+
+
+def _flood_within_a_memory_limit(
+    daemon: Daemon, flood: UnfinishedMessages, agent_pid: int, seconds: float = 8.0
+) -> list[float]:
+    """Scrapes every 0.2 s while ``flood`` holds its streams, and a good agent attaching
+    meanwhile; the scrapes' times."""
+    times: list[float] = []
+    agent = RawStream(daemon.socket_path, [hello(agent_pid), report()], keepalive=0.5)
+    try:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends or f'pid="{agent_pid}"' not in daemon.scrape():
+            times.append(_scrape_seconds(daemon))
+            assert time.monotonic() < ends + 30, "the good agent never attached"
+            time.sleep(0.2)
+    finally:
+        agent.close()
+        flood.close()
+    return times
+
+
+def test_unfinished_messages_on_thousands_of_streams_stay_within_a_memory_limit(
+    tmp_path: Path,
+) -> None:
+    """The daemon in a memory cgroup of 1 GiB (as the unit's MemoryMax=1G; cgroup v2, else v1,
+    skipped where none can be made): 2,000 streams each sending all but the last byte of a
+    1 MiB message, then 2,000 doing so with the largest message it takes whole, then 1,000
+    attached agents doing so. Before: each stream could make gRPC hold 1 MiB and 64 KiB (a
+    2,000-stream flood grew the daemon by ~730 MiB in 5 s); now each holds at most 128 KiB
+    and 2,048 calls at once (max_inflight_bytes), and at most 256 streams wait for a hello."""
+    daemon = config_daemon(tmp_path, "hello_timeout_seconds = 60.0\n")
+    cap = MemoryCap.create(daemon.popen.pid, 1 << 30)
+    if cap is None:
+        daemon.stop()
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    try:
+        wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 20, "the first snapshot")
+        largest = RECEIVE_LIMIT_BYTES - 16  # its length prefix and field tag stay under it
+        floods = [
+            UnfinishedMessages(daemon.socket_path, 2000, MiB),
+            UnfinishedMessages(daemon.socket_path, 2000, largest),
+            UnfinishedMessages(daemon.socket_path, 1000, MiB, first=lambda i: hello(5000 + i)),
+        ]
+        times: list[float] = []
+        for i, flood in enumerate(floods):
+            times += _flood_within_a_memory_limit(daemon, flood, 900 + i)
+            assert daemon.alive(), f"flood {i} killed the daemon:\n{daemon.log()[-2000:]}"
+        assert cap.ooms() == 0
+        assert max(times) < 1.0, f"slowest scrape {max(times):.2f} s"
+        refused = daemon.scrape()
+        assert 'xmon_daemon_refused_total{bound="pending_hellos"}' in refused
+        # measured: ~160-210 MiB peak on the 2-CPU VM
+        assert cap.peak() < 640 * MiB, f"the daemon's cgroup peaked at {cap.peak() / MiB:.0f} MiB"
+    finally:
+        daemon.stop()
+        cap.remove()
+
+
+def test_padded_recompile_strings_are_cut_within_a_memory_limit(tmp_path: Path) -> None:
+    """24 jobs whose reports pad every string the daemon keeps of a recompile (15 MiB over
+    them, sent in parts as an agent sends a large report), the daemon in a 1 GiB cgroup:
+    before, each job kept its 15 MiB and views printed them; now each string is cut to the
+    length an agent sends (xmon.daemon.report_strings) and a snapshot stays small."""
+    daemon = config_daemon(tmp_path)
+    cap = MemoryCap.create(daemon.popen.pid, 1 << 30)
+    if cap is None:
+        daemon.stop()
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    streams: list[RawStream] = []
+    process = psutil.Process(daemon.popen.pid)
+    try:
+        wait_for(lambda: "xmon_up 1.0" in daemon.scrape(), 20, "the first snapshot")
+        before = process.memory_info().rss
+        frames = in_part_frames(recompile_report(3 * MiB))  # five strings: 15 MiB
+        cut = 'xmon_daemon_refused_total{bound="report_strings"}'
+        for i, pid in enumerate(range(6000, 6024)):  # one after another: joining holds 64 MiB
+            streams.append(RawStream(daemon.socket_path, [hello(pid), *frames], keepalive=1.0))
+            wait_for(lambda n=i: series_value(daemon, cut) >= 5 * (n + 1), 60, f"report {i}")  # type: ignore[misc]
+        assert daemon.alive() and cap.ooms() == 0
+        assert _scrape_seconds(daemon) < 1.0
+        with DaemonClient(daemon.socket_path) as client:
+            jobs = client.get_snapshot().jobs
+        assert len(jobs) >= 24
+        time.sleep(11)  # the daemon gives freed memory back to the system every 10 s
+        growth = (process.memory_info().rss - before) / MiB
+        print(f"RSS growth {growth:.0f} MiB, cgroup peak {cap.peak() / MiB:.0f} MiB")
+        # 24 x 15 MiB were kept before
+        assert growth < 64, f"24 padded reports grew the daemon by {growth:.0f} MiB"
+        assert cap.peak() < 640 * MiB, f"the daemon's cgroup peaked at {cap.peak() / MiB:.0f} MiB"
+    finally:
+        close_all(streams)
+        daemon.stop()
+        cap.remove()

@@ -33,7 +33,7 @@ from xmon.wire import fields_of, optional_field_names
 
 log = logging.getLogger("xmon.agent")
 
-MAX_ARG_CHARS = 4096  # each argument in the hello (32 at most): it must fit one message
+MAX_ARG_CHARS = 1024  # each argument in the hello (32 at most): it must fit one message
 
 
 def default_job_name(argv: list[str], env: Mapping[str, str]) -> str:

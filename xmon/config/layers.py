@@ -37,6 +37,8 @@ _FILE_KEYS: dict[str, Validator] = {
     "max_job_bytes": values.int_in(1 << 20, 2**40),
     "max_state_bytes": values.int_in(1 << 20, 2**44),
     "max_connections": values.int_in(8, 1_000_000),
+    "max_inflight_bytes": values.int_in(16 << 20, 2**40),
+    "max_pending_hellos": values.int_in(1, 1_000_000),
     "max_subscribers": values.int_in(1, 100_000),
     "hello_timeout_seconds": values.number_in(0.1, 3600),
     "subscriber_stall_seconds": values.number_in(0.1, 3600),

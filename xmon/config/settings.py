@@ -36,6 +36,10 @@ class DaemonConfig:
     max_job_bytes: int = 16 * 1024 * 1024  # estimated state kept per job
     max_state_bytes: int = 128 * 1024 * 1024  # ... over all jobs
     max_connections: int = 4096  # open streams and connections on the socket
+    # bytes gRPC may hold in messages not yet whole, over all calls: calls at once times the
+    # receive limit (xmon.wire); past it new calls are refused
+    max_inflight_bytes: int = 256 * 1024 * 1024
+    max_pending_hellos: int = 256  # streams waiting for their hello; past it the oldest goes
     max_subscribers: int = 64  # views streaming snapshots
     hello_timeout_seconds: float = 5.0  # a stream that sends no hello this long is closed
     subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off

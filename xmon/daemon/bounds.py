@@ -23,6 +23,9 @@ JOB_BASE_BYTES = 16 * 1024  # the job's hello, windows of steps and compiles, le
 # Descriptors the daemon keeps for itself (files, the metrics server, collectors) when it
 # caps connections below RLIMIT_NOFILE.
 RESERVED_DESCRIPTORS = 128
+# Calls kept for the control service's one-off requests (xmon ls, doctor, capture) when the
+# streams are capped below the calls gRPC takes at once: they are refused by gRPC uncounted.
+RESERVED_CALLS = 64
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,22 @@ def raise_descriptor_limit() -> int:
         except (ValueError, OSError):
             pass  # a container may refuse; the connection cap then follows the lower limit
     return int(soft)
+
+
+def inflight_calls(max_inflight_bytes: int, receive_limit: int) -> int:
+    """Calls the daemon takes at once so that the messages gRPC holds for them while their last
+    bytes are awaited (each at most ``receive_limit``) stay within ``max_inflight_bytes``.
+
+    gRPC's Python API has no resource quota (its C core's quota is a pointer argument that
+    Python cannot make), so the bound is the receive limit times the calls at once, which
+    ``grpc.aio.server(maximum_concurrent_rpcs=...)`` refuses past before reading them."""
+    return max(1, max_inflight_bytes // receive_limit)
+
+
+def inflight_streams(calls: int) -> int:
+    """Streams (agents and views, counted and refused by the daemon itself) within ``calls``,
+    leaving room for the control service's one-off requests."""
+    return max(1, calls - RESERVED_CALLS)
 
 
 def connection_cap(configured: int, descriptors: int) -> int:

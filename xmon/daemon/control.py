@@ -30,7 +30,7 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
     ) -> None:
         hub = self._hub
         if not hub.open_stream():
-            await refuse_connection(context, hub.max_connections)
+            await refuse_connection(context, hub)
             return
         try:
             if len(hub.subscribers) >= hub.max_subscribers:

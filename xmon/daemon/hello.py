@@ -15,8 +15,10 @@ netlink, a pid not on this host such as a job in another pid namespace), marked 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -67,3 +69,41 @@ class PidClaims:
             reason = f'cannot verify pid {pid} ({check.reason}) and verify_pids is "require"'
             return grpc.StatusCode.PERMISSION_DENIED, reason
         return None
+
+
+@dataclass
+class Arrivals:
+    """Streams waiting for their hello, oldest first (``max_pending_hellos``).
+
+    An agent sends its hello as soon as its stream opens, so a stream still waiting when the
+    room is full is the one to close: closing the oldest keeps a flood of streams that never
+    finish a hello from holding the room (and what gRPC holds for their unfinished messages)
+    while a real agent arriving meanwhile gets in."""
+
+    limit: int = 256
+    # ticket -> (set when the stream is to close, the task reading its hello)
+    _waiting: OrderedDict[int, tuple[asyncio.Event, asyncio.Task[Any] | None]] = field(
+        default_factory=OrderedDict
+    )
+    _next: int = 0
+
+    def enter(self) -> tuple[int, asyncio.Event, int]:
+        """A ticket for a new stream, its event set when it is to close, and how many older
+        streams were closed to make room for it."""
+        closed = 0
+        while len(self._waiting) >= self.limit:
+            _, (event, task) = self._waiting.popitem(last=False)
+            event.set()
+            if task is not None:  # its read is cancelled; it then ends the stream
+                task.cancel()
+            closed += 1
+        self._next += 1
+        event = asyncio.Event()
+        self._waiting[self._next] = (event, asyncio.current_task())
+        return self._next, event, closed
+
+    def leave(self, ticket: int) -> None:
+        self._waiting.pop(ticket, None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)

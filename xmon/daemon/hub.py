@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from xmon.daemon.bounds import StateBudget
-from xmon.daemon.hello import PidClaims
+from xmon.daemon.hello import Arrivals, PidClaims
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
@@ -42,6 +42,8 @@ class Hub:
     period_seconds: float
     max_agents: int = 1024
     max_connections: int = 4096  # open streams (agents and views); see xmon.daemon.bounds
+    # streams at once that max_inflight_bytes allows (xmon.daemon.bounds.inflight_calls)
+    max_inflight_streams: int = 4096
     max_subscribers: int = 64
     subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
     hello_timeout_seconds: float = HELLO_TIMEOUT_SECONDS
@@ -49,6 +51,7 @@ class Hub:
     max_message_bytes: int = 16 * 1024 * 1024
     budget: StateBudget = field(default_factory=StateBudget)
     pid_claims: PidClaims = field(default_factory=PidClaims)  # verify_pids
+    arrivals: Arrivals = field(default_factory=Arrivals)  # streams waiting for their hello
     streams: int = 0  # open streams of both services
     streams_closed: int = 0  # streams of both services that have ended
     jobs: dict[int, JobState] = field(default_factory=dict)
@@ -89,9 +92,11 @@ class Hub:
         return state
 
     def open_stream(self) -> bool:
-        """Count a new stream; False (and counted as refused) past ``max_connections``."""
-        if self.streams >= self.max_connections:
-            self.budget.refuse("connections")
+        """Count a new stream; False (and counted as refused, by the bound that refused it) past
+        ``max_connections`` or the streams ``max_inflight_bytes`` allows."""
+        if self.streams >= min(self.max_connections, self.max_inflight_streams):
+            bound = "connections" if self.max_connections <= self.max_inflight_streams else None
+            self.budget.refuse(bound or "inflight_bytes")
             return False
         self.streams += 1
         return True
@@ -161,8 +166,10 @@ def _with_programs(job: Job, keep: int) -> Job:
     return dataclasses.replace(job, programs=job.programs[len(job.programs) - keep :])
 
 
-async def refuse_connection(context: grpc.aio.ServicerContext, limit: int) -> None:
+async def refuse_connection(context: grpc.aio.ServicerContext, hub: Hub) -> None:
+    limit, key = hub.max_connections, "max_connections"
+    if hub.max_inflight_streams < limit:
+        limit, key = hub.max_inflight_streams, "max_inflight_bytes"
     await context.abort(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        f"this daemon already serves {limit} streams (max_connections)",
+        grpc.StatusCode.RESOURCE_EXHAUSTED, f"this daemon already serves {limit} streams ({key})"
     )

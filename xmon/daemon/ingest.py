@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from xmon import __version__
+from xmon.daemon.bounds import StateBudget
 from xmon.daemon.hello import hello_refusal
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
 from xmon.daemon.jobs import JobState, clean_label
@@ -39,7 +40,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         context: grpc.aio.ServicerContext,
     ) -> None:
         if not self._hub.open_stream():
-            await refuse_connection(context, self._hub.max_connections)
+            await refuse_connection(context, self._hub)
             return
         try:
             await self._serve_agent(context)
@@ -117,12 +118,14 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         return check, hello_refusal(hello, (state.pid for state in hub.jobs.values()))
 
     async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
-        timeout = self._hub.hello_timeout_seconds
+        hub = self._hub
+        ticket, closing, closed = hub.arrivals.enter()
+        hub.budget.refuse("pending_hellos", closed)
         try:
-            first = await asyncio.wait_for(context.read(), timeout)
-        except TimeoutError:
-            self._hub.budget.refuse("hello_timeout")
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {timeout:g} s")
+            first = await _first_message(context, hub.hello_timeout_seconds, closing, hub.budget)
+        finally:
+            hub.arrivals.leave(ticket)
+        if first is None:  # the stream is already ended
             return None
         if first is grpc.aio.EOF or first.WhichOneof("kind") != "hello":
             self._hub.counters.reports_rejected += 1
@@ -186,6 +189,33 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         else:
             hub.counters.reports_rejected += 1
         return True
+
+
+async def _first_message(
+    context: grpc.aio.ServicerContext,
+    timeout: float,
+    closing: asyncio.Event,
+    budget: StateBudget,
+) -> Any:
+    """The stream's first message (or grpc.aio.EOF); None once the stream is ended because
+    none came within ``timeout`` or because newer streams needed its place among those
+    awaiting a hello."""
+    try:
+        return await asyncio.wait_for(context.read(), timeout)
+    except TimeoutError:
+        budget.refuse("hello_timeout")
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not closing.is_set() or task is None:  # cancelled by gRPC: the call is over
+            raise
+        task.uncancel()  # cancelled by Arrivals.enter: this stream waited longest
+        await context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "too many streams are waiting to send a hello (max_pending_hellos); "
+            "this one waited longest",
+        )
+    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {timeout:g} s")
+    return None
 
 
 async def _write_commands(

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 
 from xmon import derived
 from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, StateBudget
+from xmon.daemon.report_strings import cut_report_strings
 from xmon.daemon.sanitize import scrub
 from xmon.execution.ledger import JobLedger
 from xmon.model import (
@@ -242,6 +243,7 @@ def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.
     del slim.steps.recent_step_seconds[:]
     # read by the findings (xmon.findings.tracker); the agent bounds both (16 rows, 64 KiB)
     del slim.compile_functions[16:]
+    cut_report_strings(slim, budget)  # before _compact, which keeps only what is left
     limit = budget.limits.stats_per_device
     for kept in slim.memory:  # no more than devices_per_job samples (_cut_to_limits)
         if len(kept.stats) > limit or max(map(len, kept.stats), default=0) > MAX_LABEL_CHARS:

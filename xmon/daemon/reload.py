@@ -20,6 +20,7 @@ RESTART_FIELDS = (
     "socket_path",
     "logdir",
     "max_message_bytes",
+    "max_inflight_bytes",  # gRPC's limit on calls at once is set when its server is made
     "profiling",
 )
 # Read by the collectors when they are built: a change rebuilds them.

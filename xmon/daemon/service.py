@@ -24,7 +24,13 @@ from xmon.collectors.base import CollectContext
 from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
 from xmon.daemon import lifecycle, memory
-from xmon.daemon.bounds import Limits, connection_cap, raise_descriptor_limit
+from xmon.daemon.bounds import (
+    Limits,
+    connection_cap,
+    inflight_calls,
+    inflight_streams,
+    raise_descriptor_limit,
+)
 from xmon.daemon.control import ControlService
 from xmon.daemon.hub import Hub
 from xmon.daemon.ingest import IngestService
@@ -103,6 +109,9 @@ class Daemon:
         self.hub = Hub(period_seconds=config.period_seconds, max_agents=config.max_agents)
         self.descriptors = 1024  # RLIMIT_NOFILE, raised when the socket is opened
         _bound_hub(self.hub, config, self.descriptors)
+        # gRPC's calls at once are fixed when its server is made: max_inflight_bytes is read once
+        self.calls = inflight_calls(config.max_inflight_bytes, RECEIVE_LIMIT_BYTES)
+        self.hub.max_inflight_streams = inflight_streams(self.calls)
         self.runner = CollectorRunner(
             collectors, timeout=max(0.5, config.period_seconds), config=config
         )
@@ -229,6 +238,9 @@ class Daemon:
         self.descriptors = raise_descriptor_limit()
         _bound_hub(self.hub, self.config, self.descriptors)
         server = grpc.aio.server(
+            # Each call may hold a message of up to the receive limit in gRPC before the daemon
+            # sees it: past this many at once gRPC refuses a call before reading it.
+            maximum_concurrent_rpcs=self.calls,
             options=[
                 # Larger agent messages come in parts (xmon.wire): gRPC holds a stream's
                 # whole message before the daemon reads it, so this bounds what each can.
@@ -238,7 +250,7 @@ class Daemon:
                 # after each burst of data) would only wake gRPC's threads.
                 ("grpc.http2.bdp_probe", 0),
                 *_connection_options(self.hub.max_connections),
-            ]
+            ],
         )
         xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
         control = ControlService(self.hub, self.profiling.profiler)
@@ -411,6 +423,7 @@ def _bound_hub(hub: Hub, config: DaemonConfig, descriptors: int) -> None:
         state_bytes=config.max_state_bytes,
     )
     hub.max_connections = connection_cap(config.max_connections, descriptors)
+    hub.arrivals.limit = config.max_pending_hellos
     hub.max_subscribers = config.max_subscribers
     hub.pid_claims.policy = config.verify_pids
     hub.hello_timeout_seconds = config.hello_timeout_seconds
