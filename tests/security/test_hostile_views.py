@@ -5,7 +5,17 @@ view keeps running."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import http.server
+import json
+import resource
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
 
 from test_top_app import screen_text, sees, top, until
 
@@ -13,6 +23,7 @@ from xmon.cli import doctor
 from xmon.model import Finding, Snapshot
 from xmon.top.app import XmonTop
 
+from procs import REPO, base_env
 from views_support import job, snapshot
 
 MARKUP = "[/bold] [link=https://evil.example]x[/link] [red]"  # an unmatched closing tag
@@ -50,3 +61,84 @@ def test_doctor_cuts_a_megabyte_finding_to_a_screenful() -> None:
     text = doctor.render(list(_hostile().jobs), show_info=True)
     assert len(text) < 20_000, len(text)
     assert "more characters)" in text and MARKUP in text
+
+
+class _Prometheus(http.server.BaseHTTPRequestHandler):
+    """A Prometheus on loopback that answers slowly (``slow``) or names one process of a job
+    that says it has 2,147,483,647."""
+
+    slow = False
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.slow:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client hangs up
+                for _ in range(600):  # a byte every half second: each read is within a timeout
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            return
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        result = []
+        if query.startswith("xmon_job_fleet_info"):
+            labels = {"instance": "h0:10049", "job_name": "train", "pid": "7", "job_key": "k",
+                      "process_index": "0", "process_count": "2147483647"}  # fmt: skip
+            result = [{"metric": labels, "value": [0, "1"]}]
+        body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                         "result": result}}).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _prometheus(slow: bool) -> Iterator[str]:
+    handler = type("Handler", (_Prometheus,), {"slow": slow})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _fleet(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``xmon fleet`` in a process of its own, with 1 GiB of address space at most."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    return subprocess.run([sys.executable, "-m", "xmon", "fleet", "--prometheus", url, *args],
+                          capture_output=True, text=True, timeout=90, env=base_env(), cwd=REPO,
+                          preexec_fn=limit)  # fmt: skip
+
+
+def test_fleet_gives_up_on_a_prometheus_that_answers_a_byte_at_a_time() -> None:
+    """Each read came within the socket's timeout, so the query never ended."""
+    with _prometheus(slow=True) as url:
+        started = time.monotonic()
+        result = _fleet(url)
+        took = time.monotonic() - started
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result
+    assert result.stderr.strip() == (
+        f"xmon fleet: Prometheus at {url} did not answer within 10 s"
+    )
+    assert took < 40, took
+
+
+def test_fleet_names_a_few_missing_processes_of_a_job_claiming_two_billion() -> None:
+    """``process_count=2147483647`` from one agent made a set of every index (2.3 GB)."""
+    with _prometheus(slow=False) as url:
+        result = _fleet(url)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "1 of 2147483647 processes reporting" in result.stdout
+    assert "missing: process 1, 2, 3" in result.stdout and "and 2147483582 more" in result.stdout
+    assert len(result.stdout) < 50_000
