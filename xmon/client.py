@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from xmon.proto import xmon_pb2, xmon_pb2_grpc
 Reply = TypeVar("Reply")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_HLO_TEXT_BYTES = 256 * 1024 * 1024  # unpacked; the largest modules' text is tens of MiB
 GZIP_MAGIC = b"\x1f\x8b"
 UINT32_MAX = 2**32 - 1  # duration_ms is a uint32 on the wire
 
@@ -178,7 +180,11 @@ class DaemonClient:
         )
         get_hlo: Callable[..., xmon_pb2.GetHloReply] = self._stub.GetHlo
         reply = self._call(get_hlo, request, 60.0)
-        text = gzip.decompress(reply.hlo_gzip).decode(errors="replace")
+        try:
+            text = gunzip(reply.hlo_gzip, MAX_HLO_TEXT_BYTES).decode(errors="replace")
+        except ValueError as exc:
+            why = f"the daemon's HLO text for {fingerprint}: {exc}"
+            raise RequestFailed("DATA_LOSS", why) from None
         return HloText(reply.job_name, reply.pid, reply.fingerprint, reply.program_name, text)
 
     def _call(self, method: Callable[..., Reply], request: object, timeout: float) -> Reply:
@@ -190,6 +196,28 @@ class DaemonClient:
             if code == grpc.StatusCode.UNAVAILABLE and not (exc.details() or "").startswith("job "):
                 raise self._unavailable(exc) from exc
             raise RequestFailed(code.name, exc.details() or code.name) from None
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """``data`` (gzip, one member or several) unpacked, at most ``limit`` bytes of it: a few
+    MiB of gzip may unpack to gigabytes (3.5 GB ended a client with MemoryError). ValueError
+    past the limit or on data that is not gzip."""
+    out: list[bytes] = []
+    size = 0
+    while data:
+        unpacker = zlib.decompressobj(wbits=31)  # one gzip member
+        try:
+            chunk = unpacker.decompress(data, limit - size + 1)
+        except zlib.error as exc:
+            raise ValueError(f"not gzip ({exc})") from None
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"unpacks to over {limit >> 20} MiB")
+        if not unpacker.eof:
+            raise ValueError("cut off")
+        out.append(chunk)
+        data = unpacker.unused_data
+    return b"".join(out)
 
 
 def decode(message: xmon_pb2.SnapshotMessage) -> Snapshot:

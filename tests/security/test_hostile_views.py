@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 
 from test_top_app import screen_text, sees, top, until
 
@@ -110,15 +111,18 @@ def _prometheus(slow: bool) -> Iterator[str]:
         server.server_close()
 
 
-def _fleet(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``xmon fleet`` in a process of its own, with 1 GiB of address space at most."""
+def _xmon(*args: str) -> subprocess.CompletedProcess[str]:
+    """An ``xmon`` command in a process of its own, with 1.5 GiB of address space at most."""
 
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
 
-    return subprocess.run([sys.executable, "-m", "xmon", "fleet", "--prometheus", url, *args],
-                          capture_output=True, text=True, timeout=90, env=base_env(), cwd=REPO,
-                          preexec_fn=limit)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "xmon", *args], capture_output=True, text=True,
+                          timeout=90, env=base_env(), cwd=REPO, preexec_fn=limit)  # fmt: skip
+
+
+def _fleet(url: str) -> subprocess.CompletedProcess[str]:
+    return _xmon("fleet", "--prometheus", url)
 
 
 def test_fleet_gives_up_on_a_prometheus_that_answers_a_byte_at_a_time() -> None:
@@ -142,3 +146,42 @@ def test_fleet_names_a_few_missing_processes_of_a_job_claiming_two_billion() -> 
     assert "1 of 2147483647 processes reporting" in result.stdout
     assert "missing: process 1, 2, 3" in result.stdout and "and 2147483582 more" in result.stdout
     assert len(result.stdout) < 50_000
+
+
+# A daemon's Control service whose GetHlo answers with 2 GiB of zeros in 2 MiB of gzip,
+# served on a unix socket (argv[1]) until stdin closes.
+BOMB_SERVER = """
+import sys, zlib, grpc
+from concurrent import futures
+from xmon.proto import xmon_pb2, xmon_pb2_grpc
+packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+zeros = bytes(1 << 20)
+bomb = b"".join(packer.compress(zeros) for _ in range(2048)) + packer.flush()
+class Control(xmon_pb2_grpc.ControlServicer):
+    def GetHlo(self, request, context):
+        return xmon_pb2.GetHloReply(job_name="j", pid=7, fingerprint="f", hlo_gzip=bomb)
+server = grpc.server(futures.ThreadPoolExecutor(2))
+xmon_pb2_grpc.add_ControlServicer_to_server(Control(), server)
+server.add_insecure_port("unix://" + sys.argv[1])
+server.start()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_programs_refuses_hlo_text_that_unpacks_past_its_bound(tmp_path: Path) -> None:
+    """2 MiB of gzip from the daemon unpacked to 2 GiB: MemoryError and a traceback."""
+    socket_path = tmp_path / "xmon.sock"
+    server = subprocess.Popen([sys.executable, "-c", BOMB_SERVER, str(socket_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=base_env(), cwd=REPO)  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        result = _xmon("programs", "--hlo", "f", "--socket", str(socket_path))
+    finally:
+        server.communicate(timeout=30)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip() == (
+        "xmon programs: the daemon's HLO text for f: unpacks to over 256 MiB"
+    )
+    assert result.stdout == ""
