@@ -185,3 +185,25 @@ def test_programs_refuses_hlo_text_that_unpacks_past_its_bound(tmp_path: Path) -
         "xmon programs: the daemon's HLO text for f: unpacks to over 256 MiB"
     )
     assert result.stdout == ""
+
+
+BEACON = "https://evil.example/b.png"
+
+
+def test_tensorboard_renders_no_remote_content_from_a_finding() -> None:
+    """A job's ``![x](URL)`` or ``<img src=URL>`` in a finding was an image TensorBoard's
+    Text dashboard fetched whenever someone opened the board. Rendered here by TensorBoard's
+    own markdown-to-safe-HTML, as the dashboard does."""
+    from tensorboard import plugin_util
+
+    from xmon.exporters import tb_findings
+
+    hostile = f'![x]({BEACON}) <img src="{BEACON}"> [link]({BEACON}) **bold**'
+    finding = Finding("recompile", "warning", f"summary {hostile}", 1_700_000_000.0,
+                      evidence=((f"name {hostile}", f"value {hostile}"),),
+                      fix=f"fix {hostile}", subject=f"jit_{hostile}",
+                      detail=f"```\n{hostile}")  # fmt: skip
+    for text in (tb_findings.markdown(finding), tb_findings.resolved("recompile", hostile)):
+        html = plugin_util.markdown_to_safe_html(text)
+        assert "<img" not in html and "<a " not in html and "<strong>bold" not in html, html
+        assert "![x](https://evil.example/b.png)" in html  # shown as the job wrote it
