@@ -10,6 +10,7 @@ import dataclasses
 import http.server
 import json
 import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ from xmon.cli import doctor
 from xmon.model import Finding, Snapshot
 from xmon.top.app import XmonTop
 
-from procs import REPO, base_env
+from procs import REPO, base_env, start_daemon
 from views_support import job, snapshot
 
 MARKUP = "[/bold] [link=https://evil.example]x[/link] [red]"  # an unmatched closing tag
@@ -207,3 +208,36 @@ def test_tensorboard_renders_no_remote_content_from_a_finding() -> None:
         html = plugin_util.markdown_to_safe_html(text)
         assert "<img" not in html and "<a " not in html and "<strong>bold" not in html, html
         assert "![x](https://evil.example/b.png)" in html  # shown as the job wrote it
+
+
+def _ask(port: int, request: bytes) -> bytes:
+    """The status line the daemon's /metrics server answers ``request`` with."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0]
+
+
+def test_metrics_server_answers_only_well_formed_requests(tmp_path: Path) -> None:
+    """The hand parser split the request line on any whitespace, upper-cased the method
+    and took any number of headers that fit 16 KiB: ``get``, ``GET`` over ``HTTP/9.9`` and
+    3,000 headers were served as GET, ``GET\\x00`` was an unknown method."""
+    daemon = start_daemon(tmp_path / "d")
+    try:
+        port = daemon.metrics_port
+        assert _ask(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == b"HTTP/1.1 200 OK"
+        bad = b"HTTP/1.1 400 Bad Request"
+        assert _ask(port, b"GET\x00 /metrics HTTP/1.1\r\n\r\n") == bad
+        assert _ask(port, b"GET /metrics HTTP/9.9\r\n\r\n") == bad
+        assert _ask(port, b"GET /met rics HTTP/1.1\r\n\r\n") == bad
+        assert _ask(port, b"GET /metrics HTTP/1.1\r\n" + b"a:b\r\n" * 3000 + b"\r\n") == bad
+        assert _ask(port, b"get /metrics HTTP/1.1\r\n\r\n") == b"HTTP/1.1 405 Method Not Allowed"
+        assert _ask(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == b"HTTP/1.1 200 OK"
+    finally:
+        daemon.stop()
+    assert "Traceback" not in daemon.log()
