@@ -24,7 +24,7 @@ from xmon.daemon.ingest import IngestService
 from xmon.daemon.peers import PidVerifier, Verdict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
-linux_only = pytest.mark.skipif(sys.platform != "linux", reason="sock_diag is Linux's")
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="peer credentials are Linux's")
 
 # Connects CONNECTIONS times to the socket at argv[1], says so, and holds them until stdin ends.
 HOLDER = """
