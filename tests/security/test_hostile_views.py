@@ -7,18 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import http.server
 import json
 import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from loopback_http import QuietHandler, serving
 from test_top_app import screen_text, sees, top, until
 
 from xmon.cli import doctor
@@ -65,7 +64,7 @@ def test_doctor_cuts_a_megabyte_finding_to_a_screenful() -> None:
     assert "more characters)" in text and MARKUP in text
 
 
-class _Prometheus(http.server.BaseHTTPRequestHandler):
+class _Prometheus(QuietHandler):
     """A Prometheus on loopback that answers slowly (``slow``) or names one process of a job
     that says it has 2,147,483,647."""
 
@@ -88,28 +87,14 @@ class _Prometheus(http.server.BaseHTTPRequestHandler):
             labels = {"instance": "h0:10049", "job_name": "train", "pid": "7", "job_key": "k",
                       "process_index": "0", "process_count": "2147483647"}  # fmt: skip
             result = [{"metric": labels, "value": [0, "1"]}]
-        body = json.dumps({"status": "success", "data": {"resultType": "vector",
-                                                         "result": result}}).encode()  # fmt: skip
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        self.reply(json.dumps(body).encode())
 
 
 @contextlib.contextmanager
 def _prometheus(slow: bool) -> Iterator[str]:
-    handler = type("Handler", (_Prometheus,), {"slow": slow})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(type("Handler", (_Prometheus,), {"slow": slow})) as address:
+        yield f"http://{address}"
 
 
 def _xmon(*args: str) -> subprocess.CompletedProcess[str]:
@@ -133,9 +118,7 @@ def test_fleet_gives_up_on_a_prometheus_that_answers_a_byte_at_a_time() -> None:
         result = _fleet(url)
         took = time.monotonic() - started
     assert result.returncode == 2 and "Traceback" not in result.stderr, result
-    assert result.stderr.strip() == (
-        f"xmon fleet: Prometheus at {url} did not answer within 10 s"
-    )
+    assert result.stderr.strip() == f"xmon fleet: Prometheus at {url} did not answer within 10 s"
     assert took < 40, took
 
 
