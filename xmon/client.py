@@ -5,7 +5,6 @@ Snapshots arrive as JSON of the one data model and are decoded back into ``xmon.
 
 from __future__ import annotations
 
-import gzip
 import json
 import zlib
 from collections.abc import Callable, Iterator
@@ -23,6 +22,8 @@ Reply = TypeVar("Reply")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_HLO_TEXT_BYTES = 256 * 1024 * 1024  # unpacked; the largest modules' text is tens of MiB
+# Unpacked snapshot JSON: a 16 MiB message of 8 jobs x 4,096 programs unpacks to ~150 MiB.
+MAX_SNAPSHOT_BYTES = 512 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 UINT32_MAX = 2**32 - 1  # duration_ms is a uint32 on the wire
 
@@ -224,6 +225,10 @@ def decode(message: xmon_pb2.SnapshotMessage) -> Snapshot:
     """A snapshot from the daemon: JSON, gzip-compressed when large (the daemon compresses
     snapshots of a quarter MiB and more, so that thousands of programs still fit a message)."""
     payload = message.json
-    if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
-        payload = gzip.decompress(payload)
-    return snapshot_from_dict(json.loads(payload))
+    try:
+        if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
+            payload = gunzip(payload, MAX_SNAPSHOT_BYTES)
+        return snapshot_from_dict(json.loads(payload))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a bomb, not JSON, ...
+        # not a snapshot: one line for the view, never a traceback
+        raise RequestFailed("DATA_LOSS", f"the daemon's snapshot is unusable: {exc}") from None

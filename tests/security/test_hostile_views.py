@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,3 +225,20 @@ def test_metrics_server_answers_only_well_formed_requests(tmp_path: Path) -> Non
     finally:
         daemon.stop()
     assert "Traceback" not in daemon.log()
+
+
+def test_a_snapshot_that_unpacks_past_its_bound_is_one_error() -> None:
+    """Every view decodes the daemon's snapshots (top, doctor, ls, programs): 1 GiB of zeros
+    in 1 MiB of gzip was unpacked whole, and JSON that is no snapshot raised a traceback."""
+    from xmon.client import RequestFailed, decode
+    from xmon.proto import xmon_pb2
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = b"".join(packer.compress(bytes(1 << 20)) for _ in range(1024)) + packer.flush()
+    for payload, says in ((bomb, "unpacks to over 512 MiB"), (b"[1]", "unusable")):
+        try:
+            decode(xmon_pb2.SnapshotMessage(json=payload))
+        except RequestFailed as exc:
+            assert says in str(exc) and exc.code == "DATA_LOSS"
+        else:
+            raise AssertionError("decoded")
