@@ -2,7 +2,7 @@
 
 A unix socket bound and linked into place as the daemon's is, another process holding N
 connections to it, and the check run for that process (verified) and for a process holding
-none (refuted: every process's status is read for a container's pid before saying so). The
+none (refuted: every connected process's status is read for a container's pid first). The
 check runs in a worker thread of the daemon, once per hello, and gives up at 0.5 s.
 
     python benchmarks/pid_checks.py [--quick]
@@ -79,8 +79,9 @@ def main() -> None:
         f"## Pid checks\n\n{today()} — {machine()}\n\n"
         f"`benchmarks/pid_checks.py`: the check of a hello's pid claim, {repeats} times each, "
         f"against a socket linked into place as the daemon's with another process holding the "
-        f"connections: verified (the holder) and refuted (a process holding none; every "
-        f"process's status is read for a container whose pid it is first). It runs in a worker "
+        f"connections: verified (the holder) and refuted (a process holding none; the status "
+        f"of every connected process is read for a container whose pid it is first). It runs "
+        f"in a worker "
         f"thread, once per hello, and gives up after {CHECK_SECONDS:g} s.\n\n" + table(header, rows)
     )
     write_section("pid-checks", body)

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
+import io
 import logging
+import re
 import socket
 import threading
 import time
@@ -29,6 +32,15 @@ WORKERS = 4
 REQUEST_TIMEOUT_SECONDS = 5.0
 WRITE_TIMEOUT_SECONDS = 10.0
 MAX_REQUEST_BYTES = 16 * 1024
+# RFC 9110: a method is a token, case-sensitive; the target has no spaces or control bytes.
+_REQUEST_LINE = re.compile(
+    r"(?P<method>[!#$%&'*+\-.^_`|~0-9A-Za-z]+) (?P<target>[\x21-\x7e]+) HTTP/1\.[01]"
+)
+
+
+class BadRequest(Exception):
+    """A request head that is not HTTP/1.x; the message says why (one line)."""
+
 
 # (status, body, content type, extra headers) for a request's method, path and headers
 Response = tuple[int, bytes, str, dict[str, str]]
@@ -132,30 +144,39 @@ class HttpServer:
     ) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_SECONDS)
         self._reading.pop(task, None)
-        method, path, headers = _parse(head)
-        loop = asyncio.get_running_loop()
-        status, body, content_type, extra = await loop.run_in_executor(
-            self._pool, self._respond, method, path, headers
-        )
+        response: Response
+        try:
+            method, path, headers = parse_request(head)
+        except BadRequest as exc:
+            method, response = "GET", (400, f"bad request: {exc}\n".encode(), "text/plain", {})
+        else:
+            loop = asyncio.get_running_loop()
+            response = await loop.run_in_executor(self._pool, self._respond, method, path, headers)
+        status, body, content_type, extra = response
         writer.write(_head(status, body, content_type, extra))
         if method != "HEAD":
             writer.write(body)
         await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_SECONDS)
 
 
-def _parse(head: bytes) -> tuple[str, str, dict[str, str]]:
+def parse_request(head: bytes) -> tuple[str, str, dict[str, str]]:
+    """Method, target and headers (names lower-cased) of a request head, read with the
+    standard library's header parser (at most 100 headers, as ``http.server``). The request
+    line is matched whole: ``GET\\x00``, a lower-case ``get`` or an HTTP/2 preface is no GET."""
     if len(head) > MAX_REQUEST_BYTES:
-        raise ConnectionError("request head too large")
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split()
-    if len(parts) != 3:
-        raise ConnectionError("not an HTTP request")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    return parts[0].upper(), parts[1], headers
+        raise BadRequest("request head too large")
+    line, _, rest = head.partition(b"\r\n")
+    match = _REQUEST_LINE.fullmatch(line.decode("latin-1"))
+    if match is None:
+        raise BadRequest("not an HTTP/1.x request line")
+    try:
+        message = http.client.parse_headers(io.BytesIO(rest))
+    except http.client.HTTPException as exc:
+        raise BadRequest(str(exc).splitlines()[0] if str(exc) else "bad headers") from None
+    if message.defects:
+        raise BadRequest("malformed headers")
+    headers = {name.lower(): value.strip() for name, value in message.items()}
+    return match["method"], match["target"], headers
 
 
 def _head(status: int, body: bytes, content_type: str, extra: dict[str, str]) -> bytes:

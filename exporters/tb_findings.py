@@ -43,7 +43,8 @@ def tag_of(kind: str, subject: str | None) -> str:
 def markdown(finding: Finding) -> str:
     """The finding as the Text dashboard renders it, cut to ``TEXT_MAX_BYTES``."""
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(finding.since))
-    lines = [f"**{finding.severity.upper()}** {finding.kind}: {_escape(finding.summary)}", ""]
+    title = f"**{_escape(finding.severity.upper())}** {_escape(finding.kind)}"
+    lines = [f"{title}: {_escape(finding.summary)}", ""]
     lines += [f"since {since}", ""]
     if finding.evidence:
         lines += ["| evidence | value |", "|---|---|"]
@@ -60,12 +61,23 @@ def markdown(finding: Finding) -> str:
 
 
 def resolved(kind: str, subject: str | None) -> str:
-    about = f" ({subject})" if subject else ""
-    return f"**resolved** {kind}{about}: no longer holds"
+    about = f" ({_escape(subject)})" if subject else ""
+    return f"**resolved** {_escape(kind)}{about}: no longer holds"
+
+
+# Markdown's own characters in a job's text are shown as themselves: ``![x](https://…)`` was
+# an image the Text dashboard fetched whenever someone opened the board (a beacon), and raw
+# HTML (``<img src=…>``) passes TensorBoard's sanitizer too. So no text from a job makes an
+# image, a link or markup; only the fenced block of long evidence is literal by itself.
+# (An underscore inside a word is no emphasis to Python-Markdown: names keep theirs.)
+_MARKDOWN = {ch: "\\" + ch for ch in "\\`*[]!|"} | {
+    "<": "&lt;", ">": "&gt;", "&": "&amp;", "\n": " ",
+}  # fmt: skip
+_MARKDOWN_TABLE = str.maketrans(_MARKDOWN)
 
 
 def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.translate(_MARKDOWN_TABLE)
 
 
 def _cut(text: str, limit: int = TEXT_MAX_BYTES) -> str:

@@ -104,12 +104,14 @@ def start_daemon(
     period: float = 0.5,
     env: dict[str, str] | None = None,
     extra_args: list[str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> Daemon:
+    """``prefix``: a command to run the daemon under (``setpriv`` to another user)."""
     workdir.mkdir(parents=True, exist_ok=True)
     socket_path = workdir / "xmon.sock"
     full_env = base_env(XMON_LOGDIR=str(workdir / "tb"), XMON_PEAKS=json.dumps(CPU_PEAKS))
     full_env.update(env or {})
-    cmd = [sys.executable, "-m", "xmon", "daemon", "--listen", f"127.0.0.1:{port}",
+    cmd = [*prefix, sys.executable, "-m", "xmon", "daemon", "--listen", f"127.0.0.1:{port}",
            "--socket", str(socket_path), "--period", str(period), *(extra_args or ())]  # fmt: skip
     log_path = workdir / f"daemon-{time.monotonic_ns()}.log"
     proc = spawn(cmd, log_path, full_env)

@@ -24,7 +24,7 @@ from xmon.daemon.ingest import IngestService
 from xmon.daemon.peers import PidVerifier, Verdict
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
-linux_only = pytest.mark.skipif(sys.platform != "linux", reason="sock_diag is Linux's")
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="peer credentials are Linux's")
 
 # Connects CONNECTIONS times to the socket at argv[1], says so, and holds them until stdin ends.
 HOLDER = """
@@ -143,26 +143,27 @@ def test_a_thread_id_is_not_a_process(listener: Listener) -> None:
         client.close()
 
 
-def test_a_pid_with_no_process_here_cannot_be_decided(listener: Listener) -> None:
+@linux_only
+def test_a_pid_with_no_process_is_refuted(listener: Listener) -> None:
+    """Every connection's client is known (its credentials), so a pid none of them has is
+    no client's: a claim of a pid that no process holds yet cannot wait for its owner."""
     gone = subprocess.Popen(["true"])
     gone.wait()
     check = listener.verifier().check(gone.pid)
-    assert check.verdict is Verdict.UNKNOWN
-    assert check.reason == f"no process {gone.pid} on this host or in a pid namespace below it"
+    assert check.verdict is Verdict.REFUTED
+    assert check.reason == f"process {gone.pid} holds no connection to this daemon's socket"
 
 
-def _no_netlink() -> socket.socket:
-    raise PermissionError(1, "Operation not permitted")
+def _unreadable(*args: object) -> list[peers.Peer]:
+    raise peers.Undecided("cannot list /proc/self/fd: Permission denied")
 
 
-def test_without_netlink_a_claim_cannot_be_decided(
+def test_without_its_descriptors_a_claim_cannot_be_decided(
     listener: Listener, holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(peers, "open_sock_diag", _no_netlink)
+    monkeypatch.setattr(peers, "connection_peers", _unreadable)
     check = listener.verifier().check(holder.pid)
-    assert check == peers.PidCheck(
-        Verdict.UNKNOWN, "netlink sock_diag unavailable: Operation not permitted"
-    )
+    assert check == peers.PidCheck(Verdict.UNKNOWN, "cannot list /proc/self/fd: Permission denied")
 
 
 @linux_only
@@ -170,8 +171,8 @@ def test_checks_are_decided_with_hundreds_of_connections_on_the_socket(
     listener: Listener, holder: subprocess.Popen[str], sleeper: int
 ) -> None:
     """Verified (a process holding 300 connections) and refuted (one holding none), with 300
-    connections on the socket and both their ends in sock_diag's answer, every time: never
-    undecided for want of time. What a check costs: benchmarks/pid_checks.py."""
+    connections accepted, every time: never undecided for want of time. What a check costs:
+    benchmarks/pid_checks.py."""
     verifier = listener.verifier()
     for _ in range(10):
         for kind, pid in ((Verdict.VERIFIED, holder.pid), (Verdict.REFUTED, sleeper)):
@@ -207,7 +208,7 @@ async def _hello_over_the_service(path: Path, hub: Hub) -> tuple[grpc.StatusCode
 
 @linux_only
 @pytest.mark.parametrize(
-    ("netlink", "policy", "expected"),
+    ("readable", "policy", "expected"),
     [
         (True, "prefer", (grpc.StatusCode.OK, [True])),
         (False, "prefer", (grpc.StatusCode.OK, [False])),  # accepted, marked unverified
@@ -216,11 +217,11 @@ async def _hello_over_the_service(path: Path, hub: Hub) -> tuple[grpc.StatusCode
     ],
 )
 def test_the_ingest_service_acts_on_the_verdict(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, netlink: bool, policy: str,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readable: bool, policy: str,
     expected: tuple[grpc.StatusCode, list[bool]],
 ) -> None:  # fmt: skip
-    if not netlink:
-        monkeypatch.setattr(peers, "open_sock_diag", _no_netlink)
+    if not readable:
+        monkeypatch.setattr(peers, "connection_peers", _unreadable)
     path = tmp_path / "xmon.sock"
     hub = Hub(period_seconds=1.0)
     hub.pid_claims = PidClaims(policy, PidVerifier(lambda: str(path)))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback_http import QuietHandler, serving
 from prometheus_client import CollectorRegistry, generate_latest
 
 from xmon.config import ConfigError, load_config
@@ -105,7 +104,7 @@ def test_metadata_is_read_on_a_tpu_host_unless_the_worker_is_known(tmp_path: Pat
     assert resolve_slice_info({"metadata": False}, {}, sysfs, no_fetch) is None
 
 
-class _Metadata(BaseHTTPRequestHandler):
+class _Metadata(QuietHandler):
     """Answers like the GCE metadata server: only with the Metadata-Flavor header."""
 
     def do_GET(self) -> None:  # noqa: N802
@@ -114,24 +113,13 @@ class _Metadata(BaseHTTPRequestHandler):
         if self.headers.get("Metadata-Flavor") != "Google" or key not in attributes:
             self.send_error(403 if key in attributes else 404)
             return
-        body = attributes[key].encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.reply(attributes[key].encode())
 
 
 @pytest.fixture
 def metadata_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Metadata)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_Metadata) as address:
+        yield address
 
 
 def test_metadata_over_http(metadata_server: str, tmp_path: Path) -> None:

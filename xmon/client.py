@@ -5,8 +5,8 @@ Snapshots arrive as JSON of the one data model and are decoded back into ``xmon.
 
 from __future__ import annotations
 
-import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +21,9 @@ from xmon.proto import xmon_pb2, xmon_pb2_grpc
 Reply = TypeVar("Reply")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_HLO_TEXT_BYTES = 256 * 1024 * 1024  # unpacked; the largest modules' text is tens of MiB
+# Unpacked snapshot JSON: a 16 MiB message of 8 jobs x 4,096 programs unpacks to ~150 MiB.
+MAX_SNAPSHOT_BYTES = 512 * 1024 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 UINT32_MAX = 2**32 - 1  # duration_ms is a uint32 on the wire
 
@@ -178,7 +181,11 @@ class DaemonClient:
         )
         get_hlo: Callable[..., xmon_pb2.GetHloReply] = self._stub.GetHlo
         reply = self._call(get_hlo, request, 60.0)
-        text = gzip.decompress(reply.hlo_gzip).decode(errors="replace")
+        try:
+            text = gunzip(reply.hlo_gzip, MAX_HLO_TEXT_BYTES).decode(errors="replace")
+        except ValueError as exc:
+            why = f"the daemon's HLO text for {fingerprint}: {exc}"
+            raise RequestFailed("DATA_LOSS", why) from None
         return HloText(reply.job_name, reply.pid, reply.fingerprint, reply.program_name, text)
 
     def _call(self, method: Callable[..., Reply], request: object, timeout: float) -> Reply:
@@ -192,10 +199,36 @@ class DaemonClient:
             raise RequestFailed(code.name, exc.details() or code.name) from None
 
 
+def gunzip(data: bytes, limit: int) -> bytes:
+    """``data`` (gzip, one member or several) unpacked, at most ``limit`` bytes of it: a few
+    MiB of gzip may unpack to gigabytes (3.5 GB ended a client with MemoryError). ValueError
+    past the limit or on data that is not gzip."""
+    out: list[bytes] = []
+    size = 0
+    while data:
+        unpacker = zlib.decompressobj(wbits=31)  # one gzip member
+        try:
+            chunk = unpacker.decompress(data, limit - size + 1)
+        except zlib.error as exc:
+            raise ValueError(f"not gzip ({exc})") from None
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"unpacks to over {limit >> 20} MiB")
+        if not unpacker.eof:
+            raise ValueError("cut off")
+        out.append(chunk)
+        data = unpacker.unused_data
+    return b"".join(out)
+
+
 def decode(message: xmon_pb2.SnapshotMessage) -> Snapshot:
     """A snapshot from the daemon: JSON, gzip-compressed when large (the daemon compresses
     snapshots of a quarter MiB and more, so that thousands of programs still fit a message)."""
     payload = message.json
-    if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
-        payload = gzip.decompress(payload)
-    return snapshot_from_dict(json.loads(payload))
+    try:
+        if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
+            payload = gunzip(payload, MAX_SNAPSHOT_BYTES)
+        return snapshot_from_dict(json.loads(payload))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a bomb, not JSON, ...
+        # not a snapshot: one line for the view, never a traceback
+        raise RequestFailed("DATA_LOSS", f"the daemon's snapshot is unusable: {exc}") from None

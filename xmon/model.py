@@ -403,8 +403,8 @@ class Job:
     process_count: int = 1
     argv: tuple[str, ...] = ()
     started_at: float = 0.0  # wall clock of attach
-    # The daemon found the claimed pid to hold a connection to its socket (xmon.daemon.peers);
-    # False where it could not check (another pid namespace, no netlink, not root, not Linux).
+    # The daemon found the claimed pid to have connected to its socket (xmon.daemon.peers);
+    # False where it could not check (a pid namespace it cannot see, not Linux, verify_pids off).
     pid_verified: bool = False
     last_report_at: float = 0.0  # wall clock
     devices: tuple[JobDevice, ...] = ()

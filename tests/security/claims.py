@@ -40,6 +40,21 @@ for index, text in enumerate(pids):
         print(pid, "OK", flush=True)
     except grpc.RpcError as exc:
         print(pid, exc.code().name, exc.details(), flush=True)
+if os.environ.get("XMON_TEST_ORPHAN"):
+    # The claimant's process exits at once; a child given its sockets keeps the connection,
+    # so the stream lives on (a fork would run gRPC's fork handlers, which shut it down).
+    import subprocess
+    sockets = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                sockets.append(int(fd))
+        except OSError:
+            pass  # the directory's own descriptor, closed by now
+    child = subprocess.Popen(["sleep", "120"], pass_fds=sockets, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(child.pid, "child", flush=True)
+    os._exit(0)
 sys.stdin.read()
 done.set()
 """
@@ -49,18 +64,21 @@ class Claimant:
     """A process that claims ``pids`` on the daemon's socket and holds its last stream."""
 
     def __init__(self, socket_path: Path, name: str, *pids: str, user: int | None = None,
-                 group: int | None = None, prefix: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 group: int | None = None, prefix: tuple[str, ...] = (),
+                 orphan: bool = False) -> None:  # fmt: skip
         """``prefix``: a command to run the claimant under (e.g. ``unshare`` into a new pid
-        namespace, as a container would)."""
+        namespace, as a container would). ``orphan``: after its claims the claimant exits,
+        leaving a forked child that holds its connection (its pid: ``self.child``)."""
         become = f"{user}:{group if group is not None else user}" if user is not None else ""
         self.popen = subprocess.Popen(
             [*prefix, sys.executable, "-c", CLAIMS, become, str(socket_path), name, *pids],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=REPO, env=base_env(),
+            cwd=REPO, env=base_env(**({"XMON_TEST_ORPHAN": "1"} if orphan else {})),
         )  # fmt: skip
         self.pid = self.popen.pid
         assert self.popen.stdout is not None
         self.answers = [self.popen.stdout.readline().strip().split(maxsplit=2) for _ in pids]
+        self.child = int(self.popen.stdout.readline().split()[0]) if orphan else None
 
     def codes(self) -> list[str]:
         """Each claim's answer: "OK" or the refusal's status code name."""

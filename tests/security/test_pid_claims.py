@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -117,66 +118,127 @@ def _namespaces_can_be_made() -> bool:
 @pytest.mark.skipif(not _namespaces_can_be_made(), reason="cannot make a pid namespace here")
 def test_a_job_in_a_container_is_verified_by_its_pid_there(daemon: Daemon, sleeper: int) -> None:
     """A process in its own pid namespace (a Kubernetes pod, a docker container) says its
-    pid as it sees it (1 here, the host's init): verified through the host pid that holds the
-    connection. A host pid it does not hold stays refused from inside a container too."""
+    pid as it sees it (1 here, the host's init): verified through the host process that
+    connected, and known by that host pid. A host pid it is not stays refused."""
     contained = Claimant(daemon.socket_path, "contained", str(sleeper), "self",
                          prefix=NEW_PID_NAMESPACE)  # fmt: skip
     try:
         assert contained.codes() == ["PERMISSION_DENIED", "OK"], contained.answers
-        inner = int(contained.answers[1][0])
-        assert inner == 1  # the first process of its namespace
-        wait_for(lambda: _verified(daemon, "contained", inner) == 1.0, 20, "the inner pid verified")
+        assert int(contained.answers[1][0]) == 1  # the first process of its namespace
+        host = _host_pid(contained.pid)
+        wait_for(lambda: _verified(daemon, "contained", host) == 1.0, 20, "its host pid")
+        assert 'pid="1"' not in daemon.scrape()
     finally:
         contained.close()
     assert "verified" in daemon.log()
 
 
+def _host_pid(unshare: int) -> int:
+    """The host pid of the process ``unshare --fork`` started (its only child)."""
+    children = Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()
+    return int(children[0])
+
+
 @pytest.mark.skipif(not _namespaces_can_be_made(), reason="cannot make a pid namespace here")
-def test_a_pod_with_its_own_network_is_accepted_unverified_whatever_its_pid(
+def test_a_pod_with_its_own_network_is_verified_by_its_connection(
     daemon: Daemon, sleeper: int
 ) -> None:
-    """A client in its own network namespace too (a pod without host networking): the kernel
-    lists its connection in its namespace, so nothing proves or refutes its claim, even when
-    its pid number is a live host process without a connection (pids in a pod are small, and
-    the host has processes with those numbers)."""
-    pod = Claimant(daemon.socket_path, "pod", str(sleeper),
+    """A client in its own network namespace too (a pod without host networking): its
+    connection is the daemon's all the same, so its credentials say who it is. A host pid it
+    is not (pids in a pod are small, and the host has processes with those numbers) is
+    refused; its own pid there is verified, known by its host pid."""
+    pod = Claimant(daemon.socket_path, "pod", str(sleeper), "self",
                    prefix=(*NEW_PID_NAMESPACE[:2], "--net", *NEW_PID_NAMESPACE[2:]))  # fmt: skip
     try:
-        assert pod.codes() == ["OK"], pod.answers
-        wait_for(lambda: _verified(daemon, "pod", sleeper) == 0.0, 20, "the pod marked unverified")
+        assert pod.codes() == ["PERMISSION_DENIED", "OK"], pod.answers
+        host = _host_pid(pod.pid)
+        wait_for(lambda: _verified(daemon, "pod", host) == 1.0, 20, "the pod verified")
+        assert f'pid="{sleeper}"' not in daemon.scrape()
     finally:
         pod.close()
-    assert "a client in another network namespace (a container) is connected" in daemon.log()
 
 
-def test_pid_1_is_refused_or_marked_unverified(daemon: Daemon) -> None:
-    """Init holds no connection: refused where the daemon can read its descriptors; where it
-    cannot (a sandbox hides them even from root) the claim is undecided, accepted, marked 0."""
-    impostor = Claimant(daemon.socket_path, "init", "1")
+# A user namespace of its own makes anyone root over a pid namespace of their own, where it
+# may choose its next pid (ns_last_pid): the claimant is started as the victim's host pid.
+NEXT_PID_IS_THE_VICTIM_S = 'echo $((VICTIM - 1)) > /proc/sys/kernel/ns_last_pid && "$0" "$@"'
+OWN_USER_AND_PID_NAMESPACE = ("unshare", "-Urpf", "--mount-proc", "sh", "-c",
+                              NEXT_PID_IS_THE_VICTIM_S)  # fmt: skip
+
+
+def _own_namespaces_can_be_made() -> bool:
     try:
-        if _readable_fds(1):
-            assert impostor.codes() == ["PERMISSION_DENIED"]
-        else:
-            assert impostor.codes() == ["OK"]
-            wait_for(lambda: _verified(daemon, "init", 1) == 0.0, 20, "the unverified job")
+        made = subprocess.run([*OWN_USER_AND_PID_NAMESPACE, "true"], capture_output=True,
+                              env={**os.environ, "VICTIM": "500"}, timeout=10)  # fmt: skip
+        return made.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _own_namespaces_can_be_made(),
+                    reason="cannot make a user and pid namespace here (unshare -Urpf)")  # fmt: skip
+def test_a_process_that_is_a_victim_s_pid_in_its_own_namespace_gets_its_own_pid(
+    daemon: Daemon, sleeper: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``unshare -Urpf``, then a claimant whose pid in that namespace is the victim's host
+    pid: it was verified as the victim (its series, psutil data and captures the victim's).
+    Now it is known by its own host pid, and the victim's pid stays free."""
+    monkeypatch.setenv("VICTIM", str(sleeper))
+    impostor = Claimant(daemon.socket_path, "nsatk", "self", prefix=OWN_USER_AND_PID_NAMESPACE)
+    try:
+        assert impostor.answers[0][0] == str(sleeper), impostor.answers  # it is that pid there
+        host = _claimant_host_pid(impostor.pid)
+        assert host != sleeper
+        wait_for(lambda: _verified(daemon, "nsatk", host) == 1.0, 20, "its own host pid")
+        assert f'pid="{sleeper}"' not in daemon.scrape()
     finally:
         impostor.close()
 
 
-def test_require_refuses_what_cannot_be_verified(tmp_path: Path) -> None:
-    gone = subprocess.Popen(["true"])
-    gone.wait()  # its pid names no process now: undecidable (as another pid namespace's)
-    daemon = start_daemon(tmp_path / "d", env={"XMON_VERIFY_PIDS": "require"})
+def _claimant_host_pid(unshare: int) -> int:
+    """The python under ``unshare``'s child shell."""
+    return _host_pid(_host_pid(unshare))
+
+
+def test_a_claim_ends_when_its_process_exits(daemon: Daemon) -> None:
+    """The claimant exits and leaves a child holding its connection and stream: the job kept
+    the pid, so a process the kernel gives that pid next could not attach."""
+    claimant = Claimant(daemon.socket_path, "orphan", "self", orphan=True)
     try:
-        claimant = Claimant(daemon.socket_path, "strict", str(gone.pid), "self")
-        try:
-            assert claimant.codes() == ["PERMISSION_DENIED", "OK"]
-            assert "cannot verify pid" in claimant.answers[0][2]
-            wait_for(lambda: _verified(daemon, "strict", claimant.pid) == 1.0, 20, "own claim")
-        finally:
-            claimant.close()
+        assert claimant.codes() == ["OK"]
+        claimant.popen.wait(timeout=20)
+        assert claimant.child is not None and Path(f"/proc/{claimant.child}").exists()
+        wait_for(lambda: _verified(daemon, "orphan", claimant.pid) is None, 20, "the claim gone")
     finally:
-        daemon.stop()
+        if claimant.child is not None:
+            os.kill(claimant.child, signal.SIGKILL)
+        claimant.close()
+    assert f"agent's process exited: job 'orphan' pid {claimant.pid}" in daemon.log()
+
+
+def test_pid_1_is_refused(daemon: Daemon) -> None:
+    """Init made no connection. Its descriptors need not be readable (a sandbox hides them
+    even from root): the connections' credentials decide."""
+    impostor = Claimant(daemon.socket_path, "init", "1")
+    try:
+        assert impostor.codes() == ["PERMISSION_DENIED"]
+    finally:
+        impostor.close()
+
+
+def test_a_pid_no_process_holds_yet_is_refused(daemon: Daemon) -> None:
+    """A claim of a pid nobody holds was accepted unverified; the job the kernel gave that
+    pid later could not attach (``ALREADY_EXISTS``) for as long as the claim's stream lived."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    claimant = Claimant(daemon.socket_path, "early", str(gone.pid), "self")
+    try:
+        assert claimant.codes() == ["PERMISSION_DENIED", "OK"], claimant.answers
+        assert claimant.answers[0][2] == (
+            f"pid {gone.pid} is not this stream's process: process {gone.pid} holds no "
+            "connection to this daemon's socket"
+        )
+    finally:
+        claimant.close()
 
 
 def test_an_unprivileged_user_cannot_claim_a_root_process(
@@ -202,5 +264,27 @@ def test_an_unprivileged_user_cannot_claim_a_root_process(
             assert refused(text)["pid_claims"] == 2.0 and f'pid="{sleeper}"' not in text
         finally:
             impostor.close()
+    finally:
+        daemon.stop()
+
+
+def test_a_daemon_running_as_its_own_user_verifies_claims(
+    shared_tmp: Path, attacker: Attacker, sleeper: int
+) -> None:
+    """The unit runs the daemon as ``User=xmon``, which may not read another user's
+    ``/proc/<pid>/fd``: every claim was undecided, accepted and marked unverified, a false
+    one included. The connections' credentials need no such right."""
+    workdir = shared_tmp / "d"
+    workdir.mkdir()
+    attacker.own(workdir)  # here the account stands for the daemon's own user
+    as_user = ("setpriv", f"--reuid={attacker.uid}", f"--regid={attacker.gid}", "--clear-groups")
+    daemon = start_daemon(workdir, prefix=as_user)
+    try:
+        claimant = Claimant(daemon.socket_path, "rootjob", str(sleeper), "self")
+        try:
+            assert claimant.codes() == ["PERMISSION_DENIED", "OK"], claimant.answers
+            wait_for(lambda: _verified(daemon, "rootjob", claimant.pid) == 1.0, 20, "verified")
+        finally:
+            claimant.close()
     finally:
         daemon.stop()

@@ -18,13 +18,15 @@ from pathlib import Path
 
 from xmon.catalogue import select_jobs
 from xmon.cli import flags
-from xmon.cli.safe_text import printable
+from xmon.cli.safe_text import clipped, printable
 from xmon.findings.tracker import severity_rank
 from xmon.model import Finding, Job, Snapshot
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 WARNING = severity_rank("warning")
 STACK_LINES = 40  # of the stall's thread stacks, in the text view
+FIELD_CHARS = 2000  # of a summary, evidence value or fix in the text view (--json has all)
+LINE_CHARS = 500  # of a line of the stacks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,14 +116,18 @@ def _render_block(head: str, findings: tuple[Finding, ...], show_info: bool, now
 
 def _render_finding(finding: Finding, now: float) -> list[str]:
     age = f", for {now - finding.since:.0f} s" if now and finding.since else ""
-    lines = ["", f"  {finding.severity.upper()} {finding.kind}: {finding.summary}{age}"]
-    width = max((len(name) for name, _ in finding.evidence), default=0)
-    lines.extend(f"    {name.ljust(width)}  {value}" for name, value in finding.evidence)
+    # A finding quotes its job (program names, stacks): each field is cut to what a terminal
+    # shows, so a megabyte from one job never floods the operator's screen or a health check.
+    head = f"{clipped(finding.kind, FIELD_CHARS)}: {clipped(finding.summary, FIELD_CHARS)}"
+    lines = ["", f"  {finding.severity.upper()} {head}{age}"]
+    evidence = [(clipped(n, FIELD_CHARS), clipped(v, FIELD_CHARS)) for n, v in finding.evidence]
+    width = max((len(name) for name, _ in evidence), default=0)
+    lines.extend(f"    {name.ljust(width)}  {value}" for name, value in evidence)
     if finding.fix:
-        lines.append(f"    fix: {finding.fix}")
+        lines.append(f"    fix: {clipped(finding.fix, FIELD_CHARS)}")
     if finding.detail:
         detail = finding.detail.splitlines()
-        lines.append("    " + "\n    ".join(detail[:STACK_LINES]))
+        lines.append("    " + "\n    ".join(clipped(d, LINE_CHARS) for d in detail[:STACK_LINES]))
         if len(detail) > STACK_LINES:
             lines.append(f"    ... {len(detail) - STACK_LINES} more lines (--json has them all)")
     return lines

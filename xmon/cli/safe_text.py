@@ -30,6 +30,19 @@ def printable(text: str, keep: str = "") -> str:
     )
 
 
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were left out: a job's finding or
+    message may be megabytes long, and a view prints what a terminal can show."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def shown(text: str, limit: int, keep: str = "") -> str:
+    """``text`` clipped to ``limit`` characters, then made printable."""
+    return printable(clipped(text, limit), keep)
+
+
 def command(*words: str) -> str:
     """A shell command line: each word quoted as needed, then made printable."""
     return printable(shlex.join(words))

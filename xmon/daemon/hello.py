@@ -4,12 +4,13 @@ The pid a hello names must be a possible process id, and no live stream may alre
 the first stream to claim a pid keeps it until that stream ends; a second claim is refused
 instead of evicting the first, so a local user cannot make another job's series vanish.
 
-gRPC's Python server exposes no peer credentials for a unix socket (see docs/reliability.md),
-so the claim itself is checked from the outside (xmon.daemon.peers): the claimed process must
-hold a connection to the daemon's socket. ``verify_pids`` decides what follows: "prefer" (the
-default) refuses a claim proven false and accepts one that cannot be checked (not Linux, no
-netlink, a pid not on this host such as a job in another pid namespace), marked unverified;
-"require" accepts only verified claims; "off" checks nothing.
+gRPC's Python server gives a stream no peer credentials (see docs/reliability.md), so the
+claim is checked against those of the connections the daemon accepted (xmon.daemon.peers):
+the claimed pid must be a process that connected to the daemon's socket (or that process's
+pid in its own pid namespace). ``verify_pids`` decides what follows: "prefer" (the default)
+refuses a claim proven false and accepts one that cannot be checked (not Linux, a client in a
+pid namespace the daemon cannot see), marked unverified; "require" accepts only verified
+claims; "off" checks nothing.
 """
 
 from __future__ import annotations

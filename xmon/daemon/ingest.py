@@ -22,7 +22,7 @@ from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
 from xmon.daemon.jobs import JobState, clean_label
 from xmon.daemon.links import AgentLink
 from xmon.daemon.parts import PartJoiner
-from xmon.daemon.peers import PidCheck, Verdict
+from xmon.daemon.peers import PidCheck, Verdict, watch_exit
 from xmon.daemon.sanitize import scrub
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.wire import PART_BYTES
@@ -78,6 +78,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
                  "verified" if job.pid_verified else f"unverified: {check.reason}")  # fmt: skip
         reader: asyncio.Task[None] | None = None
         joiner = PartJoiner(hub.joining, hub.max_message_bytes)
+        stop_watching = watch_exit(check, lambda: _process_exited(job, link))
         try:
             welcome = xmon_pb2.Welcome(
                 protocol_version=xmon_pb2.PROTOCOL_VERSION,
@@ -90,6 +91,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             reader = asyncio.create_task(self._read_reports(context, stream_id, link, joiner))
             await _write_commands(context, link, reader)
         finally:
+            stop_watching()
             _finish_reader(reader)
             joiner.close()
             link.close("the job's agent disconnected")
@@ -106,7 +108,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         """The verdict on the pid the hello claims, and why the hello is refused (or None)."""
         hub = self._hub
         unchecked = PidCheck(Verdict.UNKNOWN, "not checked")
-        refusal = hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+        refusal = hello_refusal(hello, ())
         if refusal is not None:
             return unchecked, refusal
         check = await hub.pid_claims.check(hello.pid)
@@ -114,6 +116,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         if refusal is not None:
             hub.budget.refuse("pid_claims")
             return check, refusal
+        if check.host_pid is not None:
+            hello.pid = check.host_pid  # the job is known by its pid here, not in its namespace
         # Other hellos were served during the check: the pid may be attached by now.
         return check, hello_refusal(hello, (state.pid for state in hub.jobs.values()))
 
@@ -247,6 +251,13 @@ async def _write_until_ending(
         except Exception as exc:  # noqa: BLE001 - the stream broke; the reader sees it too
             log.debug("cannot write to an agent stream: %r", exc)
             return
+
+
+def _process_exited(job: JobState, link: AgentLink) -> None:
+    """The verified process of a stream exited (a child it left may hold the connection):
+    its claim ends with it, so its pid is free for whatever process is given it next."""
+    log.info("agent's process exited: job %r pid %d: its stream is ended", job.job_name, job.pid)
+    link.ending.set()
 
 
 def _finish_reader(reader: asyncio.Task[None] | None) -> None:

@@ -7,7 +7,7 @@ or the execution ledger changes it (the ledger makes a new object, never mutates
 each job's program list is encoded once, as JSON and as its own gzip member, and reused while
 the job's programs are the very same objects; the rest of the snapshot (small) is encoded each
 time. Concatenated gzip members are one valid gzip stream (RFC 1952), which
-``gzip.decompress`` in ``xmon.client.decode`` reads whole.
+``xmon.client.gunzip`` reads member by member, whole.
 """
 
 from __future__ import annotations

@@ -69,7 +69,11 @@ class FleetVerdict:
     skew_ratio: float | None
     hang_first: tuple[int, ...]  # process indexes named as having stopped first
     stalled: tuple[int, ...]
-    missing: tuple[int, ...]
+    missing: tuple[int, ...]  # the first MISSING_LISTED process indexes that no daemon reports
+    missing_count: int = 0  # all of them
+
+
+MISSING_LISTED = 64  # missing processes named one by one; the rest are counted
 
 
 def group_by_job(readings: Iterable[ProcessReading]) -> dict[str, list[ProcessReading]]:
@@ -94,8 +98,24 @@ def judge(job_key: str, readings: Sequence[ProcessReading]) -> FleetVerdict:
         skew_ratio=skew_ratio(processes, step),
         hang_first=hang_first(processes),
         stalled=tuple(r.process_index for r in processes if r.stalled_waits_in is not None),
-        missing=tuple(sorted(set(range(count)) - {r.process_index for r in processes})),
+        missing=first_missing(count, processes),
+        missing_count=count
+        - len({r.process_index for r in processes if 0 <= r.process_index < count}),
     )
+
+
+def first_missing(count: int, processes: Sequence[ProcessReading]) -> tuple[int, ...]:
+    """The first ``MISSING_LISTED`` indexes below ``count`` no process reports. The count is
+    what one agent says (``process_count=2147483647`` made a set of every index: 2.3 GB), so
+    the work is bounded by the processes reporting, never by the count."""
+    reported = {r.process_index for r in processes}
+    missing: list[int] = []
+    index = 0
+    while index < count and len(missing) < MISSING_LISTED:
+        if index not in reported:
+            missing.append(index)
+        index += 1
+    return tuple(missing)
 
 
 def job_step_seconds(processes: Sequence[ProcessReading]) -> float | None:

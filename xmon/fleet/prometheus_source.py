@@ -8,17 +8,19 @@ reports it (``instance``) and the process (``job_name``, ``pid``), and joined he
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
+import socket
+import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from xmon.fleet.judge import ProcessReading
 
-TIMEOUT_SECONDS = 10.0
+TIMEOUT_SECONDS = 10.0  # a whole query: connecting, the answer's head and its body
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 Key = tuple[str, str, str]  # instance, job_name, pid
 
 # ProcessReading field -> the series it is read from
@@ -47,26 +49,19 @@ class PrometheusSource:
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query's result vector."""
-        address = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        path = f"/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        status, raw = _get(self.url, path, self._timeout)
+        if status != 200:
+            raise PrometheusUnavailable(f"{self.url} answered HTTP {status} to {expr!r}")
         try:
-            with urllib.request.urlopen(address, timeout=self._timeout) as response:
-                body = json.loads(response.read(64 * 1024 * 1024))
-        except urllib.error.HTTPError as exc:
-            raise PrometheusUnavailable(
-                f"{self.url} answered HTTP {exc.code} to {expr!r}"
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PrometheusUnavailable(
-                f"cannot reach Prometheus at {self.url}: {reason}"
-            ) from None
+            body = json.loads(raw)
         except ValueError:
             raise PrometheusUnavailable(f"{self.url} is not a Prometheus API (not JSON)") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
             raise PrometheusUnavailable(f"{self.url}: query {expr!r} failed: {error or body!r}")
         data = body.get("data", {})
-        if data.get("resultType") != "vector":
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
             raise PrometheusUnavailable(f"{self.url}: {expr!r} is not an instant vector")
         return list(data.get("result", []))
 
@@ -120,3 +115,56 @@ def _value(sample: Mapping[str, Any]) -> float | None:
     except (KeyError, IndexError, TypeError, ValueError):
         return None
     return value if value == value and abs(value) != float("inf") else None
+
+
+def _get(url: str, path: str, timeout: float) -> tuple[int, bytes]:
+    """GET ``path`` of ``url`` within ``timeout`` seconds in all. A socket timeout bounds
+    each read, not the whole: a server that answers a byte every few seconds kept ``xmon
+    fleet`` waiting forever. So the request runs in a thread, and past the deadline its socket
+    is shut down, which ends the thread's read at once."""
+    parsed = urllib.parse.urlsplit(url)
+    kind = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
+    try:
+        conn = kind(parsed.netloc, timeout=timeout)
+    except http.client.InvalidURL as exc:
+        raise PrometheusUnavailable(f"not a usable URL: {url!r} ({exc})") from None
+    result: list[tuple[int, bytes] | BaseException] = []
+    worker = threading.Thread(
+        target=_fetch, args=(conn, parsed.path.rstrip("/") + path, result), daemon=True
+    )
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        _shut(conn)
+        worker.join(1.0)
+        raise PrometheusUnavailable(f"Prometheus at {url} did not answer within {timeout:g} s")
+    conn.close()
+    answer = result[0] if result else OSError("no answer")
+    if isinstance(answer, BaseException):
+        reason = (answer.strerror if isinstance(answer, OSError) else None) or answer
+        raise PrometheusUnavailable(f"cannot reach Prometheus at {url}: {reason}")
+    return answer
+
+
+def _fetch(
+    conn: http.client.HTTPConnection, path: str, result: list[tuple[int, bytes] | BaseException]
+) -> None:
+    try:
+        conn.request("GET", path, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        body = response.read(MAX_ANSWER_BYTES + 1)
+        if len(body) > MAX_ANSWER_BYTES:
+            raise OSError(f"answer over {MAX_ANSWER_BYTES >> 20} MiB")
+        result.append((response.status, body))
+    except (OSError, http.client.HTTPException) as exc:
+        result.append(exc)
+
+
+def _shut(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    conn.close()

@@ -41,7 +41,9 @@ def _render_job(v: FleetVerdict) -> str:
         who = ", ".join(str(i) for i in v.hang_first)
         lines.append(f"  hung: stopped first at process {who} (the others wait inside jax)")
     if v.missing:
-        lines.append("  missing: process " + ", ".join(str(i) for i in v.missing))
+        more = v.missing_count - len(v.missing)
+        tail = f" and {more} more" if more > 0 else ""
+        lines.append("  missing: process " + ", ".join(str(i) for i in v.missing) + tail)
     rows = [HEADER] + [_cells(v, p) for p in v.processes]
     rows += [[str(i), "-", "-", "-", "-", "-", "-", "-", "-", "-", "MISSING"] for i in v.missing]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.message import Message
@@ -20,6 +21,7 @@ from textual.timer import Timer
 from textual.widgets import Static, TabbedContent
 
 from xmon.cli.capture import progress_line
+from xmon.cli.safe_text import printable
 from xmon.model import Snapshot
 from xmon.top import layout, panels
 from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
@@ -133,7 +135,8 @@ class XmonTop(App[None]):
     def _render_view(self) -> None:
         snapshot, view = self.snapshot, self.view
         if snapshot is None:
-            self.query_one("#devices", Static).update(f"{self.status.message} …")
+            # Text, not markup: the message may quote a daemon's or the OS's error text.
+            self.query_one("#devices", Static).update(Text(f"{self.status.message} …"))
             return
         jobs = jobs_in_scope(snapshot, self.tab_pid)
         if view == "overview":
@@ -284,7 +287,8 @@ class XmonTop(App[None]):
         progress.stop()
         self.capturing = None
         self._render_title()
-        self.notify(message, severity=severity, timeout=15)
+        # The answer quotes the job (its name, paths): shown as text, escapes made visible.
+        self.notify(printable(message, keep="\n"), severity=severity, timeout=15, markup=False)
 
     def _capture(self, pid: int, progress: Timer) -> None:
         assert self.capture_call is not None

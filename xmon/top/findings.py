@@ -13,6 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from xmon.cli.safe_text import shown
 from xmon.model import Finding, Job, Snapshot
 from xmon.top import fmt
 
@@ -30,6 +31,8 @@ def severity_rank(severity: str) -> int:
 
 
 DETAIL_LINES = 400  # of a finding's long evidence; a stall's stacks fit with room to spare
+FIELD_CHARS = 2000  # of a summary, evidence value or fix: a screenful, not a megabyte
+LINE_CHARS = 500  # of a line of the long evidence
 NO_FINDINGS = "No findings: xmon sees nothing wrong here (and no setup notes)."
 
 
@@ -86,7 +89,7 @@ def findings_panel(snapshot: Snapshot, jobs: Sequence[Job]) -> RenderableType:
 
 
 def _heading(name: str, findings: Sequence[Finding]) -> Text:
-    text = Text(f"{name}", style="bold underline")
+    text = Text(shown(name, FIELD_CHARS), style="bold underline")
     count = len(findings)
     text.append(f"  {count} finding{'s' * (count != 1)}" if count else "  no findings")
     return text
@@ -95,8 +98,8 @@ def _heading(name: str, findings: Sequence[Finding]) -> Text:
 def _finding(finding: Finding, now: float) -> RenderableType:
     head = Text()
     head.append(f" {finding.severity.upper()} ", STYLES.get(finding.severity, ""))
-    head.append(f" {finding.kind}", "bold")
-    head.append(f": {finding.summary}")
+    head.append(f" {shown(finding.kind, FIELD_CHARS)}", "bold")
+    head.append(f": {shown(finding.summary, FIELD_CHARS)}")
     if finding.since and now >= finding.since:
         head.append(f"  (for {fmt.seconds(now - finding.since)})", "dim")
     parts: list[RenderableType] = [Text(""), head]
@@ -104,17 +107,19 @@ def _finding(finding: Finding, now: float) -> RenderableType:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="dim", no_wrap=True)
         table.add_column()
+        # Text cells, never strings: rich reads a string as markup, so a job's "[/x]" in a
+        # value raised MarkupError and took the whole view down.
         for name, value in finding.evidence:
-            table.add_row(f"  {name}", value)
+            table.add_row(Text(f"  {shown(name, FIELD_CHARS)}"), Text(shown(value, FIELD_CHARS)))
         parts.append(table)
     if finding.fix:
         fix = Text("  fix: ", style="bold green")
-        fix.append(finding.fix, style="")
+        fix.append(shown(finding.fix, FIELD_CHARS), style="")
         parts.append(fix)
     if finding.detail:
         lines = finding.detail.splitlines()
-        shown = "\n".join(lines[:DETAIL_LINES])
-        parts.append(Text(_indent(shown), style="dim", no_wrap=True, overflow="ellipsis"))
+        first = "\n".join(shown(line, LINE_CHARS) for line in lines[:DETAIL_LINES])
+        parts.append(Text(_indent(first), style="dim", no_wrap=True, overflow="ellipsis"))
         if len(lines) > DETAIL_LINES:
             more = len(lines) - DETAIL_LINES
             parts.append(Text(f"    ... {more} more lines (xmon doctor --json)", style="dim"))
