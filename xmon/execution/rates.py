@@ -43,8 +43,9 @@ def unclaimed_ids(programs: Sequence[Program], rates: LedgerRates) -> dict[str, 
             newest[program.name] = program
     found: defaultdict[str, list[int]] = defaultdict(list)
     for sample_id, name in rates.program_names.items():
-        if sample_id not in claimed and (program := newest.get(name)) is not None:
-            found[program.fingerprint].append(sample_id)
+        stands_for = newest.get(name)
+        if sample_id not in claimed and stands_for is not None:
+            found[stands_for.fingerprint].append(sample_id)
     return {fingerprint: tuple(ids) for fingerprint, ids in found.items()}
 
 
