@@ -120,8 +120,11 @@ def run_once(
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main(quick: bool = False, platform: str = "cpu") -> str:
-    repetitions, steps = (1, 100) if quick else (5, 1500)
+def main(
+    quick: bool = False, platform: str = "cpu", runs: int | None = None, steps: int | None = None
+) -> str:
+    repetitions = runs or (1 if quick else 5)
+    steps = steps or (100 if quick else 1500)
     modes = [("off", 1.0), ("on", 1.0), ("on", 0.1)]
     per_mode: dict[str, list[float]] = {f"{m}@{p}": [] for m, p in modes}
     busy: dict[str, list[float]] = {f"{m}@{p}": [] for m, p in modes}  # agent thread, s per s
@@ -202,5 +205,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one short run: checks it works")
     parser.add_argument("--platform", choices=sorted(MODELS), default="cpu")
+    parser.add_argument("--runs", type=int, help="interleaved runs per mode (default 5)")
+    parser.add_argument("--steps", type=int, help="steps per run (default 1500)")
     args = parser.parse_args()
-    print(main(quick=args.quick, platform=args.platform))
+    print(main(quick=args.quick, platform=args.platform, runs=args.runs, steps=args.steps))

@@ -139,8 +139,9 @@ def main() -> int:
         (f"`xmon capture --duration {TRACE_SECONDS:g}s` from the shell (with the CLI's start-up)",
          ms(summary(walls)["median"]), ms(max(walls))),
     ]  # fmt: skip
+    gpu = r["backend"] == "gpu"
     body = "\n".join([
-        "## Capture cost", "", f"{today()} — {machine()}", "",
+        "## Capture cost" + (" (GPU)" if gpu else ""), "", f"{today()} — {machine()}", "",
         f"jax {r['jax']}, backend `{r['backend']}` ({r['device']}); bf16 matmul step; "
         f"{REPEATS} traces of {TRACE_SECONDS:g} s, Python tracer off (as the agent traces).", "",
         table(("what", "median", "worst/p99"), rows), "",
@@ -148,7 +149,7 @@ def main() -> int:
         f"Device events in the trace viewer: {count}"
         + (f", e.g. {', '.join(names)}." if names else NO_DEVICE_PLANE),
     ])  # fmt: skip
-    write_section("capture-cost", body)
+    write_section("capture-cost-gpu" if gpu else "capture-cost", body)
     print(body)
     return 0
 

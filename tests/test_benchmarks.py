@@ -74,3 +74,15 @@ def test_gpu_exporters_side_by_side_runs_against_a_stand_in(tmp_path: Path) -> N
     )
     assert int(rows["series"][1]) >= 8, rows  # the stand-in's 8 GPUs were scraped
     assert rows["scrape p99 (gzip)"][0].endswith(" ms") and "MiB" in rows["RSS (USS)"][1]
+
+
+def test_the_gpu_lane_would_run() -> None:
+    """The GPU lane's dry run: its tests collect, its files exist, its wheels are pinned."""
+    done = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_lane"), "--dry-run"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    steps = [line.split()[2] for line in done.stdout.splitlines() if line.startswith("would run")]
+    assert steps == ["gpu_tests", "backend_tests", "agent_overhead_gpu", "capture", "gpu_check",
+                     "gpu_exporters", "record_samples"], done.stdout  # fmt: skip
