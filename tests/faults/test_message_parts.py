@@ -14,7 +14,12 @@ from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
 from xmon.client import DaemonClient
 from xmon.daemon.bounds import StateBudget
-from xmon.daemon.parts import JoiningPool, PartJoiner
+from xmon.daemon.parts import (
+    MAX_REFUSED_IN_A_ROW,
+    STALE_SECONDS,
+    JoiningPool,
+    PartJoiner,
+)
 from xmon.proto import xmon_pb2
 from xmon.wire import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
 
@@ -117,6 +122,83 @@ def test_bytes_that_are_no_message_are_refused() -> None:
     j = joiner()
     garbage = xmon_pb2.MessagePart(index=0, last=True, data=b"\xff" * 100)
     assert j.add(garbage) is None and j.pool.budget.refused == {"message_parts": 1}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_messages_left_unfinished_give_their_room_to_other_streams_once_stale() -> None:
+    """Streams that start messages and stop cannot keep the pool: past STALE_SECONDS their
+    unfinished messages are dropped (oldest first, counted) when another stream needs room."""
+    clock = Clock()
+    pool = JoiningPool(StateBudget(), max_bytes=3 * PART_BYTES, clock=clock)
+    stalled, late, good = (PartJoiner(pool, 16 * MiB) for _ in range(3))
+    a = in_parts(sample(3 * PART_BYTES), PART_BYTES)
+    stalled.add(a[0].part)
+    stalled.add(a[1].part)  # then never another part
+    clock.now = 1.0
+    c = in_parts(sample(3 * PART_BYTES), PART_BYTES)
+    late.add(c[0].part)  # the pool is full
+    b = in_parts(sample(2 * PART_BYTES), PART_BYTES)
+    clock.now = STALE_SECONDS - 1
+    assert good.add(b[0].part) is None and pool.budget.refused == {"message_parts": 1}
+    clock.now = STALE_SECONDS + 0.5  # only the first is stale: it goes, the other stays
+    assert good.add(b[0].part) is None and good.add(b[1].part) is None
+    assert pool.budget.refused == {"message_parts": 2} and list(pool.holders) == [id(late),
+                                                                                  id(good)]
+    clock.now = STALE_SECONDS + 2  # now the other is stale too: it gives the last part room
+    assert good.add(b[2].part) == sample(2 * PART_BYTES)
+    assert pool.budget.refused == {"message_parts": 3} and pool.in_use == 0
+    assert stalled.add(a[2].part) is None and late.add(c[1].part) is None  # let go, uncounted
+    assert pool.budget.refused == {"message_parts": 3} and not pool.holders
+
+
+def test_a_stream_of_empty_parts_is_refused_part_by_part_then_ended() -> None:
+    j = joiner()
+    empty = xmon_pb2.MessagePart(index=0, last=False, data=b"")
+    for n in range(1, MAX_REFUSED_IN_A_ROW):
+        assert j.add(empty) is None and not j.abusive and j.pool.in_use == 0
+        assert j.pool.budget.refused == {"message_parts": n}
+    assert j.add(empty) is None and j.abusive
+    fresh = joiner()
+    for _ in range(MAX_REFUSED_IN_A_ROW - 1):
+        fresh.add(empty)
+    whole = sample(2 * PART_BYTES)
+    assert join(fresh, in_parts(whole, PART_BYTES)) == [whole]
+    assert fresh.refused_in_a_row == 0  # a message joined: the count starts again
+
+
+@pytest.mark.e2e
+def test_a_real_daemon_ends_a_stream_of_empty_parts_and_serves_the_others(
+    tmp_path: Path,
+) -> None:
+    daemon = config_daemon(tmp_path)
+    empty = xmon_pb2.AgentMessage(part=xmon_pb2.MessagePart(index=0, last=False, data=b""))
+    streams = [RawStream(daemon.socket_path, [hello(400), *[empty.SerializeToString()] * 10_000])]
+    try:
+        wait_for(lambda: "messages in parts refused in a row" in daemon.log(), 30,
+                 "the stream of empty parts to be ended")  # fmt: skip
+        good = xmon_pb2.AgentMessage.FromString(padded(report(programs=500), 1 * MiB))
+        streams.append(RawStream(daemon.socket_path, [hello(401), *in_part_frames(
+            good.SerializeToString())], keepalive=1.0))  # fmt: skip
+        with DaemonClient(daemon.socket_path) as client:
+
+            def programs() -> int:
+                jobs = [j for j in client.get_snapshot().jobs if j.pid == 401]
+                return len(jobs[0].programs) if jobs else 0
+
+            wait_for(lambda: programs() == 500, 30, "a good agent's report in parts")
+        name = 'xmon_daemon_refused_total{bound="message_parts"}'
+        refused = [line for line in daemon.scrape().splitlines() if line.startswith(name)]
+        assert refused and float(refused[0].split()[-1]) == MAX_REFUSED_IN_A_ROW, refused
+    finally:
+        close_all(streams)
+        daemon.stop()
 
 
 @pytest.mark.e2e

@@ -174,6 +174,10 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         if kind == "part":  # a large message, sent in parts: handled once whole
             joined = joiner.add(message.part)
             if joined is None:
+                if joiner.abusive:
+                    log.warning("agent stream %d ended: %d messages in parts refused in a row",
+                                stream_id, joiner.refused_in_a_row)  # fmt: skip
+                    return False
                 return True
             message, kind = joined, joined.WhichOneof("kind")
         state = hub.jobs.get(stream_id)
