@@ -44,9 +44,19 @@ def detach() -> None:
 
 def step(*args: Any, **kwargs: Any) -> Any:
     """Time a training step: ``with xmon.step():`` or ``@xmon.step`` (see xmon.agent.steps)."""
+    # Called every step: the agent's module is looked up once, not imported on each call.
+    return (_agent_module or _load_agent()).step(*args, **kwargs)
+
+
+_agent_module: Any = None
+
+
+def _load_agent() -> Any:
+    global _agent_module
     from xmon import agent
 
-    return agent.step(*args, **kwargs)
+    _agent_module = agent
+    return agent
 
 
 def is_attached() -> bool:
