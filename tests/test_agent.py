@@ -46,6 +46,20 @@ def test_matmul_flops_are_exactly_2mnk(agent: Agent, m: int, k: int, n: int) -> 
     assert record.compile_seconds is not None and record.compile_seconds > 0
 
 
+def test_a_program_that_only_moves_data_has_zero_flops_not_unknown(agent: Agent) -> None:
+    """XLA's cost analysis leaves "flops" out of a transpose or a copy; that is 0 FLOPs, and
+    a step holding one is no lower bound for it."""
+
+    def transposed(x: jax.Array) -> jax.Array:
+        return jnp.concatenate([x.T, x.T])
+
+    jax.jit(transposed)(jnp.ones((64, 32))).block_until_ready()
+    agent.hlo.drain()
+    record = _program(agent, "jit_transposed")
+    assert record.flops == 0.0 and record.flops_xla == 0.0
+    assert not record.flops_lower_bound and record.bytes_accessed
+
+
 def test_sharded_program_reports_per_device_cost_and_its_device_count(agent: Agent) -> None:
     from jax.sharding import AxisType, NamedSharding, PartitionSpec
 

@@ -72,11 +72,15 @@ def achieved_rate(per_step: float | None, steps_per_s: float | None) -> float | 
 def utilization_ratio(achieved: float | None, peak: float | None) -> float | None:
     """Achieved / peak (MFU for FLOPs, bandwidth utilisation for bytes).
 
-    Unknown peak (unknown device kind) gives None, never a guess.
+    Unknown peak (unknown device kind) gives None, never a guess; so does a ratio above 1:
+    no device runs past its peak, so the work counted, the rate or the peak is wrong, and
+    publishing the number would hide that (an unmarked step's programs counted from a short
+    window, a peak table entry for the wrong variant of a chip).
     """
     if achieved is None or peak is None or peak <= 0:
         return None
-    return achieved / peak
+    ratio = achieved / peak
+    return ratio if ratio <= 1.0 else None
 
 
 def arithmetic_intensity(flops: float | None, bytes_accessed: float | None) -> float | None:

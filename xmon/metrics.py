@@ -242,14 +242,14 @@ _STEP_METRICS = (
     _g("xmon_job_achieved_bytes_per_second", "Bytes accessed per step times steps per second.",
        JOB, "", "Job.utilization.achieved_bytes_per_second"),
     _g("xmon_job_model_flops_utilization_ratio", "MFU: model FLOP/s over the devices' peak "
-       "FLOP/s (PaLM's definition). Absent unless the job declares its model FLOPs, and for "
-       "device kinds without a known peak.",
+       "FLOP/s (PaLM's definition). Absent unless the job declares its model FLOPs, for "
+       "device kinds without a known peak, and above 1 (something counted is wrong).",
        JOB, "ratio", "Job.utilization.model_flops_utilization_ratio"),
     _g("xmon_job_hardware_flops_utilization_ratio", "HFU: hardware FLOP/s (XLA's loop-aware "
        "count of what executed) over the devices' peak FLOP/s; absent for device kinds without "
-       "a known peak.", JOB, "ratio", "Job.utilization.hardware_flops_utilization_ratio"),
+       "a known peak, and above 1 (something counted is wrong).", JOB, "ratio", "Job.utilization.hardware_flops_utilization_ratio"),
     _g("xmon_job_memory_bandwidth_utilization_ratio", "Achieved bytes/s over the devices' peak "
-       "memory bandwidth.", JOB, "ratio", "Job.utilization.memory_bandwidth_utilization_ratio"),
+       "memory bandwidth; absent above 1.", JOB, "ratio", "Job.utilization.memory_bandwidth_utilization_ratio"),
     _g("xmon_job_peak_flops_per_second", "Peak FLOP/s of the job's devices together (xmon's "
        "peak table by device_kind).", JOB, "", "Job.utilization.peak_flops_per_second"),
     _g("xmon_job_peak_memory_bandwidth_bytes_per_second", "Peak memory bandwidth of the job's "

@@ -46,6 +46,15 @@ def _optional_float(costs: dict[str, float], key: str) -> float | None:
     return None if value is None or value < 0 else value
 
 
+def _flops(costs: dict[str, float]) -> float | None:
+    """XLA's FLOPs; 0 where its cost analysis ran but has no "flops" key: it leaves the key
+    out of a program that only moves data (a transpose, a copy, a concatenation). Unknown
+    (None) only where there is no cost analysis at all."""
+    if costs and "flops" not in costs:
+        return 0.0
+    return _optional_float(costs, "flops")
+
+
 def _memory_fields(stats: Any) -> dict[str, int | None]:
     def read(attribute: str) -> int | None:
         value = getattr(stats, attribute, None)
@@ -103,7 +112,7 @@ def describe_executable(computation: Any, executable: Any) -> Program:
         memory = _memory_fields(executable.get_compiled_memory_stats())
     except Exception:  # noqa: BLE001 - backends without memory analysis
         memory = {}
-    flops_xla = _optional_float(costs, "flops")
+    flops_xla = _flops(costs)
     bytes_xla = _optional_float(costs, "bytes accessed")
     # GEMM custom-calls exist only where XLA lowers dots to cuBLAS: elsewhere there are none.
     gemm = None if _platform(executable) in _CUSTOM_CALL_GEMM_PLATFORMS else 0.0
