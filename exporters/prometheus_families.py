@@ -129,6 +129,7 @@ _MEMORY: tuple[tuple[str, Callable[[DeviceMemory], Number | None]], ...] = (
     ("xmon_job_device_memory_pool_bytes", lambda m: m.pool_bytes),
     ("xmon_job_device_allocations_total", lambda m: m.num_allocs),
     ("xmon_job_device_memory_fragmentation_ratio", lambda m: m.fragmentation_ratio),
+    ("xmon_job_device_memory_read_timestamp_seconds", lambda m: m.read_at),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,12 +124,15 @@ def test_programs_compiled_inside_steps_are_marked(agent: Agent) -> None:
 def test_cpu_memory_falls_back_to_live_array_bytes(agent: Agent) -> None:
     arrays = [jax.device_put(jnp.ones(1000, jnp.float32), d) for d in jax.local_devices()]
     agent._refresh_devices()
+    before = time.time()
     message, _ = agent.build_report()
     samples = {s.device_id: s for s in message.report.memory}
     assert set(samples) == {0, 1, 2, 3}
     for sample in samples.values():
         assert dict(sample.stats) == {}  # CPU has no allocator stats
         assert sample.live_array_bytes >= 4000
+        # when it was read: a paced reading can be older than the report carrying it
+        assert before - 1.0 <= sample.live_array_read_at <= time.time()
     assert [d.device_kind for d in message.report.devices] == ["cpu"] * 4
     del arrays
 

@@ -139,7 +139,9 @@ def eval_job() -> Job:
     info = DeviceInfo(0, "cpu", "cpu")
     return Job(
         job_name="eval", pid=2000, hostname="node0", platform="cpu", jax_version="0.10.2",
-        jaxlib_version="0.10.2", devices=(JobDevice(info, DeviceMemory(live_array_bytes=64)),),
+        jaxlib_version="0.10.2",
+        devices=(JobDevice(info, DeviceMemory(live_array_bytes=64,
+                                              live_array_read_at=1_700_000_190.0)),),
     )  # fmt: skip
 
 

@@ -253,7 +253,7 @@ def test_prometheus_loads_and_evaluates_every_rule(ready: Stack) -> None:
 
 def test_the_fake_allocator_sends_every_stat_the_model_knows() -> None:
     """So that no allocator series is left without data by the fake."""
-    derived = {"live_array_bytes", "fragmentation_ratio", "extra"}
+    derived = {"live_array_bytes", "live_array_read_at", "fragmentation_ratio", "extra"}
     known = set(DeviceMemory.__dataclass_fields__) - derived
     assert set(allocator_stats(0, 0)) == set(ALLOCATOR_KEYS) == known
 

@@ -119,6 +119,10 @@ _JOB_METRICS = (
     _g("xmon_job_device_memory_fragmentation_ratio", "Fragmentation of the PJRT allocator's free "
        "memory (xmon.derived.fragmentation_ratio; 0 when it is one contiguous block).",
        JOB_DEVICE, "ratio", _MEM + "fragmentation_ratio"),
+    _g("xmon_job_device_memory_read_timestamp_seconds", "Unix time the in-use bytes were read, "
+       "where that is not the report's own time: on CPU the live arrays are counted at rest "
+       "and paced, so a reading can be older than the scrape (time() minus this is its age).",
+       JOB_DEVICE, "seconds", _MEM + "read_at"),
     _g("xmon_job_device_busy_ratio", "Share of the sampled time the device ran the job's "
        "programs (union of its XLA op intervals in the execution ledger's profiler samples); a "
        "host-bound job shows a low value. Absent before the first sample.",
@@ -247,9 +251,11 @@ _STEP_METRICS = (
        JOB, "ratio", "Job.utilization.model_flops_utilization_ratio"),
     _g("xmon_job_hardware_flops_utilization_ratio", "HFU: hardware FLOP/s (XLA's loop-aware "
        "count of what executed) over the devices' peak FLOP/s; absent for device kinds without "
-       "a known peak, and above 1 (something counted is wrong).", JOB, "ratio", "Job.utilization.hardware_flops_utilization_ratio"),
+       "a known peak, and above 1 (something counted is wrong).", JOB, "ratio",
+       "Job.utilization.hardware_flops_utilization_ratio"),
     _g("xmon_job_memory_bandwidth_utilization_ratio", "Achieved bytes/s over the devices' peak "
-       "memory bandwidth; absent above 1.", JOB, "ratio", "Job.utilization.memory_bandwidth_utilization_ratio"),
+       "memory bandwidth; absent above 1.", JOB, "ratio",
+       "Job.utilization.memory_bandwidth_utilization_ratio"),
     _g("xmon_job_peak_flops_per_second", "Peak FLOP/s of the job's devices together (xmon's "
        "peak table by device_kind).", JOB, "", "Job.utilization.peak_flops_per_second"),
     _g("xmon_job_peak_memory_bandwidth_bytes_per_second", "Peak memory bandwidth of the job's "

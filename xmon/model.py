@@ -88,6 +88,9 @@ class DeviceMemory:
     pool_bytes: int | None = None
     peak_pool_bytes: int | None = None
     live_array_bytes: int | None = None
+    # Wall clock of the live-array reading (paced, taken at rest: it can be older than the
+    # report); None with allocator stats, which are read for every report.
+    live_array_read_at: float | None = None
     fragmentation_ratio: float | None = None  # derived, see xmon.derived.fragmentation_ratio
     extra: dict[str, int] = field(default_factory=dict)  # keys this version does not know yet
 
@@ -95,6 +98,11 @@ class DeviceMemory:
     def in_use_bytes(self) -> int | None:
         """Best available "live bytes": allocator stat, else the live-array sum."""
         return self.bytes_in_use if self.bytes_in_use is not None else self.live_array_bytes
+
+    @property
+    def read_at(self) -> float | None:
+        """When ``in_use_bytes`` was read, where that is not the report's own time."""
+        return None if self.bytes_in_use is not None else self.live_array_read_at
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from xmon.findings.tracker import FindingsTracker
 from xmon.model import (
     CompileStats,
@@ -96,3 +98,31 @@ def test_gone_jobs_are_forgotten() -> None:
     tracker.annotate((job(5),), {}, None)
     tracker.annotate((replace(job(5), pid=8),), {}, None)
     assert list(tracker._jobs) == [8]
+
+
+def test_a_paced_cpu_reading_is_placed_when_it_was_read_and_counted_once() -> None:
+    """On CPU the live arrays are counted at rest and paced (here every 20 s, as a job whose
+    arrays take long to walk) while reports come every second: each report carries the last
+    reading and when it was read. The leak's growth and time to out of memory follow the
+    readings, not the reports that repeat them."""
+    from xmon.model import HostSample
+
+    mib, growth, pace = 1 << 20, 10 * (1 << 20), 20.0  # 10 MiB a second, read every 20 s
+    clock = Clock()
+    start = clock.now
+    tracker = FindingsTracker(clock, wall=clock)
+    host = HostSample("h", 2, 0.1, 64 << 30, 8 << 30, 2 << 30)
+    found = None
+    for second in range(1, 181):
+        clock.now = start + second
+        read_at = start + (second // pace) * pace
+        used = 1000 * mib + growth * (read_at - start)
+        memory = DeviceMemory(live_array_bytes=int(used), live_array_read_at=read_at)
+        device = JobDevice(DeviceInfo(0, "cpu", "cpu"), memory, 0.9)
+        (annotated,) = tracker.annotate((replace(job(10 * second), devices=(device,)),), {}, host)
+        found = next((f for f in annotated.findings if f.kind == "memory_leak"), found)
+    assert found is not None and found.value is not None
+    last = 1000 * mib + growth * 180
+    limit = host.memory_available_bytes + last
+    assert found.value == pytest.approx((limit - last) / growth, rel=0.02)
+    assert dict(found.evidence)["window"] == "10 readings over 180 s"  # one per reading

@@ -259,6 +259,8 @@ class Agent:
                     fallback = self._live_bytes()
                 if int(device.id) in fallback:  # no reading at rest yet: unknown, not 0
                     sample.live_array_bytes = fallback[int(device.id)]
+                    if self.live_memory.last_wall is not None:
+                        sample.live_array_read_at = self.live_memory.last_wall
             samples.append(sample)
         return samples
 

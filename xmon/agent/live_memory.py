@@ -155,6 +155,7 @@ class LiveMemory:
         self.last: dict[int, int] | None = None
         self.last_cost = 0.0  # this thread's CPU seconds in the latest read()
         self.last_at: float | None = None  # clock time of the last reading's snapshot
+        self.last_wall: float | None = None  # the same moment by the wall clock
         self.readings = 0
         timer.boundary_listener = self._at_boundary
 
@@ -188,6 +189,7 @@ class LiveMemory:
             del arrays  # hold no array past the count: the job may be freeing them
             if totals is not None:
                 self.last, self.last_at = totals, now
+                self.last_wall = time.time() - (self._clock() - now)
                 self.readings += 1
             cost = time.thread_time() - counting + snapshot_cost
             # Pace by the steady cost of a reading (the first one pays one-time costs).

@@ -302,6 +302,9 @@ def device_memory(sample: xmon_pb2.DeviceMemorySample) -> DeviceMemory:
     )
     return DeviceMemory(
         live_array_bytes=sample.live_array_bytes if sample.HasField("live_array_bytes") else None,
+        live_array_read_at=(
+            sample.live_array_read_at if sample.HasField("live_array_read_at") else None
+        ),
         extra=stats,
         fragmentation_ratio=fragmentation,
         **known,

@@ -1,9 +1,11 @@
 """Memory leak / time to OOM: bytes in use at step boundaries rising along a fitted line.
 
 The daemon keeps one reading per snapshot in which the job's step count moved (the agent reads
-CPU live arrays at rest between steps; allocator stats elsewhere). A least-squares line through
-the last readings gives the growth per second; with the devices' limit (host RAM on CPU,
-where PJRT has no limit) it gives the time until the job runs out.
+CPU live arrays at rest between steps; allocator stats elsewhere), placed at the time it was
+read: a CPU reading is paced and can be many steps older than the report carrying it, and the
+same reading seen again later is not a new point (it would flatten the fitted growth). A
+least-squares line through the last readings gives the growth per second; with the devices'
+limit (host RAM on CPU, where PJRT has no limit) it gives the time until the job runs out.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ def in_use_bytes(job: Job) -> int | None:
     values = [d.memory.in_use_bytes for d in job.devices]
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def read_at(job: Job) -> float | None:
+    """Wall clock of the job's memory reading where it is older than the report (CPU)."""
+    known = [d.memory.read_at for d in job.devices if d.memory.read_at is not None]
+    return max(known) if known else None
 
 
 def limit_bytes(job: Job, host: HostSample | None) -> tuple[int | None, str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xmon.findings.host_bound import detect_host_bound, waits_for_cpu
-from xmon.findings.memory import detect_leak, in_use_bytes, limit_bytes
+from xmon.findings.memory import detect_leak, in_use_bytes, limit_bytes, read_at
 from xmon.findings.oom import OomEvent, detect_oom
 from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
@@ -134,8 +134,10 @@ class FindingsTracker:
             history.steps_seen += steps - history.steps_total
             history.steps_total, history.steps_changed_at = steps, now
             used = in_use_bytes(job)
-            if used is not None:
-                history.readings.append((now, float(used)))
+            read_wall = read_at(job)
+            at = now if read_wall is None else now - max(0.0, self._wall() - read_wall)
+            if used is not None and (not history.readings or at > history.readings[-1][0]):
+                history.readings.append((at, float(used)))
         if compiles != history.compiles_total:
             history.compiles_total, history.compile_changed_at = compiles, now
         process = job.process

@@ -65,7 +65,7 @@ class AgentHello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., platform: _Optional[str] = ..., jax_version: _Optional[str] = ..., jaxlib_version: _Optional[str] = ..., process_index: _Optional[int] = ..., process_count: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., started_at: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., agent_version: _Optional[str] = ...) -> None: ...
 
 class DeviceMemorySample(_message.Message):
-    __slots__ = ("device_id", "stats", "live_array_bytes")
+    __slots__ = ("device_id", "stats", "live_array_bytes", "live_array_read_at")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -76,10 +76,12 @@ class DeviceMemorySample(_message.Message):
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     LIVE_ARRAY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIVE_ARRAY_READ_AT_FIELD_NUMBER: _ClassVar[int]
     device_id: int
     stats: _containers.ScalarMap[str, int]
     live_array_bytes: int
-    def __init__(self, device_id: _Optional[int] = ..., stats: _Optional[_Mapping[str, int]] = ..., live_array_bytes: _Optional[int] = ...) -> None: ...
+    live_array_read_at: float
+    def __init__(self, device_id: _Optional[int] = ..., stats: _Optional[_Mapping[str, int]] = ..., live_array_bytes: _Optional[int] = ..., live_array_read_at: _Optional[float] = ...) -> None: ...
 
 class CompileEvent(_message.Message):
     __slots__ = ("fun_name", "duration_seconds", "wall_time", "cache_hit")
