@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -16,7 +17,7 @@ from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.proto import xplane_pb2 as xp
 
-PROGRAM, RUN, ORDINAL, OP = 1, 2, 3, 4  # stat metadata ids
+PROGRAM, RUN, ORDINAL, OP, MODULE = 1, 2, 3, 4, 5  # stat metadata ids
 MS = 10**9  # picoseconds
 
 
@@ -180,6 +181,29 @@ def test_work_per_step_counts_every_program_as_often_as_it_ran() -> None:
     assert work.flops_per_step == pytest.approx(2e9 + 1e8 * 5 / 9)
     assert not work.lower_bound
     assert rates.step_program([step, every_other, idle]) is step
+
+
+def test_a_job_compiling_a_new_program_every_step_counts_the_newest_one() -> None:
+    """Each step runs a program compiled just before it (a shape that changes every step):
+    the sample's ids are not yet in the job's catalogue, but its ops name their program, so
+    FLOPs per step are the newest program's cost times its executions, not 0."""
+    plane = host_plane()
+    plane.stat_metadata[MODULE].CopyFrom(xp.XStatMetadata(id=MODULE, name="hlo_module"))
+    line = plane.lines.add(name="tf_XLAPjRtCpuClient/1")
+    for i in range(10):  # program 100 + i, once each, 20 ms apart, on two devices
+        for device in range(2):
+            cpu_op(line, 100 + i, 5000 + i, device, 3.0 + 20.0 * i, 2.0)
+            line.events[-1].stats.append(xp.XStat(metadata_id=MODULE, str_value="jit_step"))
+    now = ledger_rates([parse(xp.XSpace(planes=[plane]), duration=0.2, steps_marked=True,
+                              step_begins=[0.003 + 0.02 * i for i in range(10)])])  # fmt: skip
+    catalogue = [replace(program("old", (42,), 3e9), name="jit_step", compiled_at=1.0),
+                 replace(program("new", (43,), 1e9), name="jit_step", compiled_at=2.0)]
+    extra = rates.unclaimed_ids(catalogue, now)
+    assert set(extra) == {"new"} and len(extra["new"]) == 10
+    counted = [rates.with_ledger(p, now, 50.0, extra.get(p.fingerprint, ())) for p in catalogue]
+    assert counted[1].executions_per_step == pytest.approx(1.0, rel=0.15)
+    work = rates.executed_work(counted)
+    assert work.flops_per_step == pytest.approx(2 * 1e9, rel=0.15)  # 2 devices, once a step
 
 
 def test_unknown_or_lower_bound_flops_make_the_step_a_lower_bound() -> None:

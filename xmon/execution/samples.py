@@ -262,9 +262,10 @@ class _SampleParser:
         self.device_ops[device].add(start, end)
         self.program_ops[(program, device)].add(start, end)
         module = values.get(HLO_MODULE)
-        if run is None and isinstance(module, str) and plane_device is not None:
-            self.op_starts[program].append(start)
+        if isinstance(module, str):
             self.named_programs[module].add(program)
+            if run is None:
+                self.op_starts[program].append(start)
         op = values.get(HLO_OP)
         if is_collective(op if isinstance(op, str) else self._names.get(event.metadata_id, "")):
             self.collective_ops[device].add(start, end)
