@@ -20,7 +20,7 @@ from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
 from xmon.proto import xmon_pb2
 
-FIRST_PID = 4_000_000  # below Linux's largest pid (4,194,304), which the daemon accepts
+FIRST_PID = 4_000_000  # below Linux's largest pid (4,194,304); the daemon must not check claims
 
 
 def free_pids(count: int) -> list[int]:
