@@ -16,7 +16,9 @@ logdir is reached through directory file descriptors opened with ``O_NOFOLLOW``:
 anywhere below the logdir (a run, ``plugins``, ``profile``, a session) is never followed, and
 what is deleted is named relative to a directory that was itself reached without links.
 Retention only deletes what xmon wrote: event files with xmon's suffix, trace sessions holding
-xmon's note (``xmon_capture.json``) and memory profiles with their note (``.json``).
+xmon's note (``xmon_capture.json``) and memory profiles with their note (``.json``); and a run
+directory left empty only when the daemon made it (it holds xmon's ``.xmon-run`` note), never a
+directory of the user's, empty or not.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ MAX_RUN_NAME = 64
 EVENTS_PREFIX = "events.out.tfevents."
 EVENTS_SUFFIX = ".xmon"  # the scalars exporter's files; a user's own event files stay
 ANNOTATION_NAME = "xmon_capture.json"  # next to each trace xmon asked for
+RUN_NOTE = ".xmon-run"  # in each run directory the daemon made: it may remove it once empty
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -87,10 +90,14 @@ def open_run_dir(logdir: Path, name: str) -> int:
     try:
         try:
             os.mkdir(name, dir_fd=root)
+            made = True
         except FileExistsError:
-            pass
+            made = False
         try:
-            return open_below(root, (name,))
+            run_fd = open_below(root, (name,))
+            if made:
+                _note_run(run_fd)
+            return run_fd
         except (NotADirectoryError, OSError) as exc:
             if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
@@ -99,6 +106,17 @@ def open_run_dir(logdir: Path, name: str) -> int:
             ) from None
     finally:
         os.close(root)
+
+
+def _note_run(run_fd: int) -> None:
+    """Mark a run directory the daemon made (a new, empty file; never through a link)."""
+    try:
+        os.close(os.open(RUN_NOTE, _NEW_FILE, 0o644, dir_fd=run_fd))
+    except OSError:
+        pass  # unmarked: retention leaves the directory alone, which is the safe side
+
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @contextmanager
@@ -296,16 +314,22 @@ def _rmdir_quietly(name: str, dir_fd: int) -> None:
 
 
 def _remove_empty_runs(root: int, active: set[str], now: float) -> None:
+    """Remove the run directories the daemon made that retention left empty (but for its note
+    and empty ``plugins/profile`` and ``memory``); a directory without the note is the user's
+    or an older xmon's, and stays."""
     for run in _runs(root):
         st = _lstat(run, root)
         if run in active or st is None or now - st.st_mtime < EMPTY_RUN_GRACE_SECONDS:
             continue
         with _opened(root, run) as run_fd:
-            if run_fd is None:
+            if run_fd is None or not _is_file(RUN_NOTE, run_fd):
                 continue
             with _opened(run_fd, "plugins") as plugins_fd:
                 if plugins_fd is not None:
                     _rmdir_quietly("profile", plugins_fd)
             _rmdir_quietly("plugins", run_fd)
             _rmdir_quietly("memory", run_fd)
+            if {entry.name for entry in _entries(run_fd)} != {RUN_NOTE}:
+                continue
+            os.unlink(RUN_NOTE, dir_fd=run_fd)
         _rmdir_quietly(run, root)

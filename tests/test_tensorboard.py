@@ -213,9 +213,21 @@ def test_retention_deletes_old_then_oldest_and_keeps_open_files(tmp_path: Path) 
     assert not profile.with_suffix(".json").exists()
 
 
-def test_retention_removes_runs_left_empty(tmp_path: Path) -> None:
+def test_retention_removes_runs_it_made_left_empty_and_no_directory_of_the_user(
+    tmp_path: Path,
+) -> None:
+    os.close(tb_logdir.open_run_dir(tmp_path, "old-1"))  # the daemon's run: it holds the note
     gone = tmp_path / "old-1"
     _trace(gone, "s1", 10, age=90000)
-    _age(gone, 90000)
-    tb_logdir.enforce_retention(tmp_path, 0, 86400, time.time())
+    users_empty = [tmp_path / "scratch", tmp_path / "train-7"]  # look-alikes of the user's
+    for directory in users_empty:
+        directory.mkdir()
+    users_run = tmp_path / "mine-3"
+    (users_run / "plugins" / "profile").mkdir(parents=True)
+    (users_run / "memory").mkdir()
+    for path in (gone, *users_empty, users_run):
+        _age(path, 90000)
+    tb_logdir.enforce_retention(tmp_path, 1, 86400, time.time())  # "full": a 1-byte budget
     assert not gone.exists()
+    assert all(d.is_dir() for d in users_empty)
+    assert (users_run / "plugins" / "profile").is_dir() and (users_run / "memory").is_dir()
