@@ -210,6 +210,16 @@ def test_unknown_trip_count_counts_the_body_once_and_is_a_lower_bound(
     assert result.lower_bound and result.unknown_trip_counts == 1
 
 
+@pytest.mark.parametrize("trips", [1 << 41, 10**400])
+def test_an_impossible_trip_count_is_unknown_not_infinite_flops(trips: int) -> None:
+    """A trip count no program runs (an annotation from a hostile or broken job) is not
+    believed: the body is counted once and the cost is a finite lower bound."""
+    result = loop_cost(one_loop(trips=trips), fake_xla_cost)
+    [found] = result.loops
+    assert (found.trip_count, found.source) == (None, "unknown")
+    assert result.lower_bound and result.extra == Cost()
+
+
 def test_the_condition_runs_once_more_than_the_body() -> None:
     probe = (
         "\n  %aprobe = f32[2]{0} constant({1, 2})\n  %asq = f32[2]{0} multiply(%aprobe, %aprobe)"

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 
-from xmon.execution.trip_count import KNOWN_TRIP_COUNT, attr_callee, trip_count
+from xmon.execution.trip_count import KNOWN_TRIP_COUNT, annotated_trips, attr_callee, trip_count
 from xmon.hlo import GEMM_CALL_TARGETS, Computation, Instruction, Module, callees, parse_modules
 
 # XLA's cost of the module text given (its ENTRY is the computation wanted): the dict of
@@ -363,7 +363,7 @@ def _scan_loops(hlo_text: str) -> tuple[Loop, ...]:
     loops = []
     for match in _WHILE_LINE.finditer(hlo_text):
         known = KNOWN_TRIP_COUNT.search(match["rest"])
-        trips = int(known[1]) if known else None
-        source = "known_trip_count" if known else "unknown"
+        trips = annotated_trips(known[1]) if known else None
+        source = "known_trip_count" if trips is not None else "unknown"
         loops.append(Loop(match["name"].lstrip("%"), "", "", "", trips, source))
     return tuple(loops)

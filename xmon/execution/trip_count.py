@@ -19,18 +19,36 @@ _FLIPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "E
 _PASS_THROUGH = frozenset({"copy", "convert", "bitcast", "reshape"})  # keep a scalar's value
 
 
+# No loop of a program runs more trips than this (2^40: a trillion). A count past it, in an
+# annotation or derived from the condition, is not believed: such a body, weighed that many
+# times, would turn FLOPs into infinity instead of a lower bound.
+MAX_TRIP_COUNT = 1 << 40
+
+
 def trip_count(
     module: Module, computation: Computation, loop: Instruction
 ) -> tuple[int | None, str]:
     """Trip count of a while instruction and where it came from."""
     known = KNOWN_TRIP_COUNT.search(loop.attrs)
     if known is not None:
-        return int(known[1]), "known_trip_count"
+        trips = annotated_trips(known[1])
+        return (trips, "known_trip_count") if trips is not None else (None, "unknown")
     try:
         derived = _trip_count_from_condition(module, computation, loop)
     except (ValueError, IndexError, KeyError):  # malformed text: the count is just unknown
         derived = None
-    return (derived, "condition") if derived is not None else (None, "unknown")
+    return (derived, "condition") if _plausible(derived) else (None, "unknown")
+
+
+def _plausible(trips: int | None) -> bool:
+    return trips is not None and 0 <= trips <= MAX_TRIP_COUNT
+
+
+def annotated_trips(digits: str) -> int | None:
+    """XLA's ``known_trip_count`` annotation's number, or None past ``MAX_TRIP_COUNT`` (read
+    without converting a thousand digits)."""
+    trips = int(digits) if len(digits) <= 13 else None
+    return trips if _plausible(trips) else None
 
 
 def _trip_count_from_condition(
