@@ -141,3 +141,76 @@ print("QUEUE", t._queue.qsize(), "DROPPED", t.counters.reports_dropped,
     line = next(x for x in job.log().splitlines() if x.startswith("QUEUE"))
     _, queued, _, dropped, _, programs = line.split()
     assert int(queued) == 0 and int(dropped) > 50 and 300 <= int(programs) <= 4096
+
+
+# A job that forks: a multiprocessing pool with the fork start method, then os.fork() children
+# that exit through sys.exit (atexit handlers run) and raise in a thread (excepthooks run).
+# Children do no jax work (jax is not fork-safe, with or without xmon).
+FORKING_JOB = r"""
+import multiprocessing as mp, os, sys, threading, time
+import jax, jax.numpy as jnp
+from jax._src import compiler
+import xmon
+w = jax.jit(lambda w: w * 2)(jnp.ones(4)).block_until_ready()
+time.sleep(float(os.environ.get("SETTLE", "0")))  # let the agent connect and sample
+def square(i):
+    return i * i
+mp.set_start_method("fork", force=True)
+with mp.Pool(2) as pool:
+    print("POOL", pool.map(square, range(6)), flush=True)
+for how in ("exit", "raise"):
+    pid = os.fork()
+    if pid == 0:
+        wrapped = hasattr(compiler.compile_or_get_cached, "__wrapped__")
+        print(f"CHILD attached={xmon.is_attached()} hooked={wrapped}", flush=True)
+        if how == "raise":
+            t = threading.Thread(target=lambda: 1 / 0); t.start(); t.join()
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(f"STATUS {how} {status}", flush=True)
+print("DONE", float(w.sum()), flush=True)
+"""
+
+
+def _forking_run(tmp_path: Path, socket_path: Path, name: str, attach: bool) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    from procs import base_env
+
+    script = tmp_path / f"{name}.py"
+    script.write_text(FORKING_JOB)
+    env = base_env(XMON_SOCKET=str(socket_path), JAX_PLATFORMS="cpu", SETTLE="3",
+                   XMON_LEDGER_FIRST_DELAY="0.5", XMON_LEDGER_INTERVAL="1.5",
+                   XMON_LEDGER_DURATION="1")  # fmt: skip
+    command = [sys.executable, str(script)]
+    if attach:
+        command = [sys.executable, "-m", "xmon", "run", "--job-name", name, "--", *command]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180)
+    return done.returncode, done.stdout
+
+
+def test_a_forking_job_exits_as_it_does_without_the_agent(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path / "daemon")
+    try:
+        rc_without, out_without = _forking_run(tmp_path, daemon.socket_path, "plain", False)
+        rc_with, out_with = _forking_run(tmp_path, daemon.socket_path, "forking", True)
+    finally:
+        daemon.stop()
+    def lines(out: str) -> list[str]:
+        return [line for line in out.splitlines() if not line.startswith(("CHILD", "STATUS"))]
+
+    def statuses(out: str) -> dict[str, int]:
+        return {w[1]: int(w[2]) for line in out.splitlines() if (w := line.split())[0] == "STATUS"}
+
+    assert (rc_with, lines(out_with)) == (rc_without, lines(out_without)), (out_with, out_without)
+    assert "DONE" in out_with
+    # A child exits as it does without the agent, or cleanly: jax itself is not fork-safe, and
+    # its forked children died on exit (SIGSEGV) without xmon in every run here
+    without = statuses(out_without)
+    assert set(statuses(out_with)) == set(without) == {"exit", "raise"}, out_with
+    assert all(status in (0, without[how]) for how, status in statuses(out_with).items())
+    # the child is not the attached job: no agent, no hook of xmon's left in its jax
+    assert out_with.count("CHILD attached=False hooked=False") == 2, out_with
+    assert "agent attached: job 'forking'" in daemon.log()
+    assert daemon.log().count("agent attached") == 1, daemon.log()

@@ -87,6 +87,22 @@ def detach() -> None:
         agent.stop()
 
 
+def _forget_in_child() -> None:
+    """After ``fork()``, in the child: it has the agent's objects but none of its threads, and
+    its sockets and gRPC state are the parent's, so it is not the attached job. The agent is
+    forgotten there without being stopped (stopping would send through the parent's channel)
+    and its Python hooks are undone, so the child runs as it would without xmon. The child
+    may attach again."""
+    global _agent, _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    agent, _agent = _agent, None
+    if agent is not None:
+        agent.forget_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _detach_at_exit() -> None:
     agent = _agent
     try:

@@ -129,6 +129,18 @@ class Agent:
             self._annotations.uninstall()
         self._hooks.uninstall()
 
+    def forget_in_child(self) -> None:
+        """In a forked child: undo the hooks in the job's Python (the compile hook, listeners,
+        excepthooks, step annotations) and touch no thread, socket or gRPC object: they are the
+        parent's. Never raises."""
+        for undo in (self.oom.uninstall, self._hooks.uninstall,
+                     self._annotations.uninstall if self._annotations else None):  # fmt: skip
+            try:
+                if undo is not None:
+                    undo()
+            except Exception:  # noqa: BLE001 - the child's own work comes first
+                pass
+
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
             self._report_once()
