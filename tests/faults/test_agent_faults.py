@@ -214,3 +214,30 @@ def test_a_forking_job_exits_as_it_does_without_the_agent(tmp_path: Path) -> Non
     assert out_with.count("CHILD attached=False hooked=False") == 2, out_with
     assert "agent attached: job 'forking'" in daemon.log()
     assert daemon.log().count("agent attached") == 1, daemon.log()
+
+
+def test_a_job_ending_in_the_middle_of_a_capture_exits_cleanly(tmp_path: Path) -> None:
+    """The job stops (its stop file, then a normal exit) two seconds into a ten-second trace:
+    it exits 0 as it would without xmon, and the capture says the agent went away."""
+    import subprocess
+    import sys
+    import time
+
+    from procs import base_env
+    from profiling_procs import profiling_daemon, run_stepping_job
+
+    daemon = profiling_daemon(tmp_path / "daemon")
+    try:
+        job = run_stepping_job(tmp_path, daemon, "midcapture")
+        env = base_env(XMON_SOCKET=str(daemon.socket_path))
+        capture = subprocess.Popen(
+            [sys.executable, "-m", "xmon", "capture", "--job", "midcapture", "--duration", "10s"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        )  # fmt: skip
+        time.sleep(2.0)
+        log = job.stop()  # asserts exit status 0
+        output, _ = capture.communicate(timeout=60)
+        assert "Fatal" not in log and "Aborted" not in log, log
+        assert capture.returncode != 0 and "disconnected" in output, output
+    finally:
+        daemon.stop()

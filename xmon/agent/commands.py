@@ -25,6 +25,7 @@ from xmon.proto import xmon_pb2
 
 MAX_TRACE_MS = 10 * 60 * 1000
 ANNOTATION_NAME = "xmon_capture.json"  # next to each trace: who asked for it, and why
+STOP_WAIT_SECONDS = 30.0  # writing a trace takes seconds on a loaded host
 
 
 class CommandRunner:
@@ -37,6 +38,7 @@ class CommandRunner:
         self._stop = threading.Event()
         self._last_export_second = 0
         self._received = 0.0  # when the running capture's command reached the job
+        self._threads: list[threading.Thread] = []
 
     def submit(self, command: xmon_pb2.DaemonCommand) -> None:
         if command.WhichOneof("kind") == "get_hlo":
@@ -52,10 +54,18 @@ class CommandRunner:
 
     def _start(self, target: Callable[[xmon_pb2.DaemonCommand], None], command: object) -> None:
         thread = threading.Thread(target=target, args=(command,), name="xmon-command", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = STOP_WAIT_SECONDS) -> None:
+        """End a capture in progress now (its trace is written with what it recorded) and wait
+        for it, at most ``wait`` seconds. The wait matters at exit: a thread still inside the
+        profiler's C++ code when the interpreter finalizes is unwound there, and the job aborts
+        ("FATAL: exception not rethrown")."""
         self._stop.set()
+        deadline = time.monotonic() + wait
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self, command: xmon_pb2.DaemonCommand) -> None:
         try:
