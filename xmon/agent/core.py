@@ -23,7 +23,7 @@ from xmon.agent.oom import OomWatch
 from xmon.agent.redact import redact_argv
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.stall import StallWatch
-from xmon.agent.steps import StepAnnotationHook, StepTimer
+from xmon.agent.steps import StepAnnotationHook, StepTimer, tracing_probe
 from xmon.agent.transport import Outgoing, Transport
 from xmon.findings.recompiles import FunctionRow
 from xmon.fleet.identity import ProcessIdentity, identify
@@ -67,6 +67,7 @@ class Agent:
         self.started_at = time.time()
         self.capabilities = Capabilities(internals.probe())
         self.steps = StepTimer()
+        self.steps.tracing = tracing_probe()  # outermost steps annotate a profiler trace
         self.live_memory = LiveMemory(self.steps)  # the CPU fallback for bytes in use
         self.declared_tokens_per_step: float | None = None  # xmon.declare_model_flops
         self.compiles = CompileRecorder(
