@@ -162,6 +162,11 @@ def test_setup() -> None:
     assert kinds(detect_setup(job(), 100.0, 1.0)) == {"no_peak"}
     peak = Utilization(peak_flops_per_second=1e12)
     assert kinds(detect_setup(job(utilization=peak), 100.0, 1.0)) == {"no_model_flops"}
+    (no_hfu,) = detect_setup(job(utilization=peak), 100.0, 1.0)
+    assert "HFU is shown" not in no_hfu.summary  # no HFU either: the finding does not claim one
+    with_hfu = Utilization(peak_flops_per_second=1e12, hardware_flops_utilization_ratio=0.3)
+    (shown,) = detect_setup(job(utilization=with_hfu), 100.0, 1.0)
+    assert shown.summary.endswith("(HFU is shown)")
     cold = CompileStats(cache_requests_total=30, cache_misses_total=30)
     assert "cache_never_hits" in kinds(detect_setup(job(compile=cold), 100.0, 1.0))
     assert all(f.severity == "info" for f in detect_setup(job(compile=cold), 100.0, 1.0))
