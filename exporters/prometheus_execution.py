@@ -54,6 +54,7 @@ def add_ledger_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
     a, ledger = job.agent, job.ledger
     b.add("xmon_agent_ledger_samples_total", key, a.ledger_samples_total)
     b.add("xmon_agent_ledger_samples_skipped_total", key, a.ledger_samples_skipped_total)
+    b.add("xmon_agent_ledger_samples_busy_total", key, a.ledger_samples_busy_total)
     b.add("xmon_job_ledger_parse_errors_total", key, ledger.parse_errors_total)
     b.add("xmon_job_ledger_samples", key, ledger.samples)
     if ledger.samples:  # the model's 0.0 without samples means "no window", not an empty one

@@ -296,6 +296,9 @@ _LEDGER_METRICS = (
     _c("xmon_agent_ledger_samples_skipped_total", "Execution samples the agent did not take: "
        "the profiler was busy (a capture or the job's own trace), or the sample was too large.",
        JOB, "", "Job.agent.ledger_samples_skipped_total"),
+    _c("xmon_agent_ledger_samples_busy_total", "Of the skipped execution samples, those the "
+       "profiler was busy for: the job's own trace (jax.profiler) or a capture.",
+       JOB, "", "Job.agent.ledger_samples_busy_total"),
     _c("xmon_job_ledger_parse_errors_total", "Execution samples the daemon could not read.",
        JOB, "", "Job.ledger.parse_errors_total"),
     _g("xmon_job_ledger_samples", "Execution samples in the window the execution rates and "

@@ -365,6 +365,7 @@ class AgentHealth:
     overhead_seconds_total: float = 0.0  # time spent in the agent's own thread
     ledger_samples_total: int = 0  # execution samples taken (profiler sessions in memory)
     ledger_samples_skipped_total: int = 0  # not taken: profiler busy, or sample too large
+    ledger_samples_busy_total: int = 0  # of those, the profiler busy (the job's own trace)
 
 
 @dataclass(frozen=True)

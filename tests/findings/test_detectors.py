@@ -9,6 +9,7 @@ from xmon.findings.memory import detect_leak, fit
 from xmon.findings.setup import detect_setup
 from xmon.findings.stall import detect_stall, stall_threshold
 from xmon.model import (
+    AgentHealth,
     Capability,
     CompileStats,
     DeviceInfo,
@@ -170,6 +171,17 @@ def test_setup() -> None:
     cold = CompileStats(cache_requests_total=30, cache_misses_total=30)
     assert "cache_never_hits" in kinds(detect_setup(job(compile=cold), 100.0, 1.0))
     assert all(f.severity == "info" for f in detect_setup(job(compile=cold), 100.0, 1.0))
+
+
+def test_a_job_tracing_itself_throughout_is_told_why_the_ledger_shows_nothing() -> None:
+    busy = AgentHealth(ledger_samples_skipped_total=5, ledger_samples_busy_total=5)
+    unsampled = LedgerStats(samples=0)
+    blocked = job(agent=busy, ledger=unsampled)
+    assert "ledger_kept_busy" not in kinds(detect_setup(blocked, 30.0, 1.0))  # too soon
+    (finding,) = [f for f in detect_setup(blocked, 120.0, 1.0) if f.kind == "ledger_kept_busy"]
+    assert finding.severity == "warning" and "jax.profiler.trace" in finding.fix
+    assert "ledger_kept_busy" not in kinds(detect_setup(job(agent=busy), 120, 1))  # it sampled
+    assert "ledger_kept_busy" not in kinds(detect_setup(job(ledger=unsampled), 120.0, 1.0))
 
 
 def test_a_capability_unavailable_is_a_warning_that_names_it_and_its_reason() -> None:

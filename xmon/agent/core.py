@@ -314,6 +314,7 @@ class Agent:
             overhead_seconds_total=self.overhead_seconds + self.sampler.busy_seconds,
             ledger_samples_total=self.sampler.samples_total,
             ledger_samples_skipped_total=self.sampler.skipped_total,
+            ledger_samples_busy_total=self.sampler.busy_total,
         )
 
     def _send_result(self, result: xmon_pb2.CommandResult) -> None:

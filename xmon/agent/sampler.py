@@ -111,6 +111,7 @@ class ExecutionSampler:
         self._thread: threading.Thread | None = None
         self.samples_total = 0
         self.skipped_total = 0
+        self.busy_total = 0  # skipped because the profiler was busy (the job's trace, a capture)
         self.busy_seconds = 0.0  # time spent starting and stopping sessions
 
     def start(self) -> None:
@@ -169,9 +170,11 @@ class ExecutionSampler:
         if self._stop.is_set():
             return None  # the job is ending: no new session to wait for
         if not state.lock.acquire(blocking=False):
+            self.busy_total += 1
             return None  # a start_trace or stop_trace is running right now
         try:
             if state.session_running():
+                self.busy_total += 1
                 return None  # the user's (or a capture's) trace is running
             return self._session()
         finally:

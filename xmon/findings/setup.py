@@ -19,6 +19,7 @@ def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
         _no_model_flops(job, since),
         _cache_never_hits(job, since),
         _capabilities_missing(job, since),
+        _ledger_kept_busy(job, age_seconds, since),
     ]
     return [f for f in found if f is not None]
 
@@ -99,6 +100,35 @@ def _cache_never_hits(job: Job, since: float) -> Finding | None:
         "jax_persistent_cache_min_compile_time_secs (1 s) are never written; lower it, check "
         "that jax_compilation_cache_dir is the same shared path on every run and host, and "
         "that the jax version and flags do not change between runs.",
+    )
+
+
+LEDGER_BUSY_AFTER_SECONDS = 60.0  # attached this long, samples all skipped for a busy profiler
+
+
+def _ledger_kept_busy(job: Job, age_seconds: float, since: float) -> Finding | None:
+    """The job traces itself (jax.profiler.start_trace for its whole run): the profiler is
+    one per process, so the ledger never samples and what stands on it is absent."""
+    a = job.agent
+    if age_seconds < LEDGER_BUSY_AFTER_SECONDS or job.ledger.samples:
+        return None
+    if not a.ledger_samples_busy_total:
+        return None
+    return Finding(
+        kind="ledger_kept_busy",
+        severity="warning",
+        summary="the execution ledger cannot sample: the profiler is busy, most likely with the "
+        "job's own trace; FLOPs per step, HFU, executions and device busy are absent",
+        since=since,
+        evidence=(
+            ("samples skipped, profiler busy", str(a.ledger_samples_busy_total)),
+            ("samples taken", str(a.ledger_samples_total)),
+            ("seconds attached", f"{age_seconds:.0f}"),
+        ),
+        fix="A process has one profiler. Trace a few steps, not the whole run "
+        "(`with jax.profiler.trace(dir):` around them, or `xmon capture --job NAME` on demand); "
+        "the ledger samples again once the trace stops.",
+        value=float(a.ledger_samples_busy_total),
     )
 
 
