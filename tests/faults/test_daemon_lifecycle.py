@@ -63,12 +63,22 @@ def test_sighup_right_after_start_reloads_instead_of_killing(tmp_path: Path) -> 
     socket_path = tmp_path / "x.sock"
     proc = spawn(_daemon_cmd(socket_path), tmp_path / "d.log", base_env(XMON_LOGDIR=str(tmp_path)))
     try:
-        time.sleep(0.1)
+        # As soon as the process catches SIGHUP, which may be before it listens: earlier, the
+        # interpreter is still starting and the signal's default action is all there is
+        wait_for(lambda: _catches(proc.popen.pid, signal.SIGHUP), 30, "a SIGHUP handler")
         proc.popen.send_signal(signal.SIGHUP)
         wait_for(lambda: "configuration reloaded" in proc.log(), 30, "the early reload")
         assert proc.alive()
     finally:
         assert proc.stop() == 0, proc.log()
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for ``signum`` (SigCgt in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 def test_a_slow_reload_does_not_hold_up_snapshots(tmp_path: Path) -> None:
