@@ -192,3 +192,23 @@ def test_a_capability_lost_in_a_real_job_reaches_metrics_and_doctor(tmp_path: Pa
         stop.touch()
         job.stop()
         daemon.stop()
+
+
+def test_a_report_goes_without_stacks_where_threads_cannot_be_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xmon
+
+    agent = xmon.attach(job_name="nostacks", socket_path=tmp_path / "none.sock", ledger=False)
+    try:
+
+        def unreadable() -> None:
+            raise internals.Unavailable("CPython's sys._current_frames not found")
+
+        monkeypatch.setattr(agent.stall, "report", unreadable)
+        message, _ = agent.build_report()
+        assert not message.report.HasField("stall")
+        states = {c.name: c.unavailable_reason for c in message.report.capabilities}
+        assert "sys._current_frames" in states["stall_stacks"]
+    finally:
+        xmon.detach()

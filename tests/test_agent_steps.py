@@ -113,3 +113,15 @@ def test_xprof_sees_the_steps_of_a_job_marked_only_with_xmon_step(tmp_path: Path
     assert "No step marker observed" not in text
     average = re.findall(r"\"steptime_ms_average\":\"?([0-9.]+)", text)
     assert average and 10.0 <= float(average[0]) < 100.0, average
+
+
+def test_a_boundary_listener_that_raises_never_reaches_the_step() -> None:
+    timer = StepTimer()
+
+    def broken() -> None:
+        raise RuntimeError("a reading failed")
+
+    timer.boundary_listener = broken
+    with timer.step():
+        pass
+    assert timer.steps_total == 1

@@ -250,7 +250,7 @@ class Agent:
             devices=[] if self._devices_announced else self._device_infos,
             platform=self._platform(),
             compile_functions=[_function_proto(f) for f in self.compiles.recompiled_functions()],
-            stall=self.stall.report(),
+            stall=self._stall_report(),
             process=self._identity,
             capabilities=[
                 xmon_pb2.Capability(name=name, unavailable_reason=reason)
@@ -258,6 +258,15 @@ class Agent:
             ],
         )
         return xmon_pb2.AgentMessage(report=report), programs
+
+    def _stall_report(self) -> xmon_pb2.StallReport | None:
+        """The stall with every thread's stack; without stacks where this Python cannot read
+        other threads' frames (the report still goes)."""
+        try:
+            return self.stall.report()
+        except internals.Unavailable as exc:
+            self.capabilities.lost("stall_stacks", str(exc))
+            return None
 
     def _memory_samples(self) -> list[xmon_pb2.DeviceMemorySample]:
         if not self._devices:

@@ -131,7 +131,10 @@ class StepTimer:
                 self._open_since = None
         listener = self.boundary_listener
         if at_rest and listener is not None:
-            listener()
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a reading that fails must not fail the step
+                pass
 
     def take_recent(self) -> list[float]:
         with self._lock:
