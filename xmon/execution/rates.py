@@ -34,19 +34,25 @@ def unclaimed_ids(programs: Sequence[Program], rates: LedgerRates) -> dict[str, 
     """Sample program ids no program of the job claims, by the fingerprint of the program they
     stand for: the newest of the job's programs with the name the sample gives the id. The
     profiler's program id on GPU can differ from the module ids the agent read from the
-    executable; the kernels still name their program."""
+    executable; the kernels still name their program. A name that several unclaimed ids share
+    (two programs called ``jit_step``, whose ids the catalogue does not hold yet) is ambiguous:
+    those ids are left uncounted rather than all given to one program."""
     claimed = {i for p in programs for i in p.program_ids}
     newest: dict[str, Program] = {}
     for program in programs:
         known = newest.get(program.name)
         if known is None or (program.compiled_at or 0.0) >= (known.compiled_at or 0.0):
             newest[program.name] = program
-    found: defaultdict[str, list[int]] = defaultdict(list)
+    by_name: defaultdict[str, list[int]] = defaultdict(list)
     for sample_id, name in rates.program_names.items():
+        if sample_id not in claimed:
+            by_name[name].append(sample_id)
+    found: dict[str, tuple[int, ...]] = {}
+    for name, ids in by_name.items():
         stands_for = newest.get(name)
-        if sample_id not in claimed and stands_for is not None:
-            found[stands_for.fingerprint].append(sample_id)
-    return {fingerprint: tuple(ids) for fingerprint, ids in found.items()}
+        if stands_for is not None and len(ids) == 1:
+            found[stands_for.fingerprint] = (ids[0],)
+    return found
 
 
 def with_ledger(
