@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,7 @@ def test_samples_of_distinct_ids_leave_a_memory_limited_daemon_serving(tmp_path:
 
 COUNT_TRACE = """
 import resource, sys
+from collections.abc import Iterator
 from pathlib import Path
 from xmon.execution.xplane import count_files
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -109,3 +111,47 @@ def test_a_large_trace_is_read_in_pieces(tmp_path: Path, kind: str, outcome: str
     said, grown = result.stdout.split()[:-1], int(result.stdout.split()[-1])
     assert said[0] == outcome, result.stdout
     assert grown < 160 << 20, f"{grown >> 20} MiB held to read a 96 MiB trace"
+
+
+def _samples_every(pid: int, sample: list[bytes], seconds: float) -> Iterator[bytes]:
+    """A job's hello, then ``sample`` (its frames) every ``seconds``, until the stream ends."""
+    yield hello(pid)
+    while True:
+        yield from sample
+        time.sleep(seconds)
+
+
+def test_samples_slow_to_read_from_64_jobs_leave_a_new_agent_welcomed_at_once(
+    tmp_path: Path,
+) -> None:
+    """64 jobs each send a sample that takes ~0.1 s to read (10,000 ops) every 2 s. Read in the
+    daemon's shared thread pool, they held it and the GIL: a new agent's welcome came 23 s
+    later, scrapes took 1.5 s. Now one thread reads them, at most half of a core, and past 32
+    waiting a sample is dropped and counted (``ledger_waiting``)."""
+    daemon = config_daemon(tmp_path)
+    sample = in_part_frames(execution_sample(stepping_space(10_000, period_ms=1)))
+    streams = [
+        RawStream(daemon.socket_path, _samples_every(5000 + i, sample, 2.0)) for i in range(64)
+    ]
+    try:
+        wait_for(lambda: 'pid="5063"' in daemon.scrape(), 60, "64 jobs attached")
+        time.sleep(6.0)  # three rounds of samples
+        welcomes, scrapes = [], []
+        for pid in range(6000, 6003):
+            started = time.monotonic()
+            agent = RawStream(daemon.socket_path, [hello(pid)], keepalive=0.5)
+            try:
+                assert next(agent.call).WhichOneof("kind") == "welcome"
+                welcomes.append(time.monotonic() - started)
+            finally:
+                agent.close()
+            scrapes.append(scrape_seconds(daemon.metrics_url))
+            time.sleep(1.0)
+        assert max(welcomes) < 2.0, welcomes
+        assert max(scrapes) < 1.0, scrapes
+        assert refused(daemon.scrape()).get("ledger_waiting", 0) >= 1
+        assert daemon.alive() and "Traceback" not in daemon.log()
+    finally:
+        for stream in streams:
+            stream.close()
+        daemon.stop()

@@ -1,10 +1,16 @@
 """Reads a job's execution samples off the event loop, one at a time per job.
 
-A sample is parsed in a worker thread (tens of milliseconds for a busy CPU job's 0.2 s); a
-sample arriving while the job's previous one is still being read is dropped and counted, so a
-buggy or hostile agent cannot queue work without bound; over all jobs, samples are read only
-while the bytes being read stay under ``max_inflight_bytes`` (each may be 16 MiB: a thousand
-agents must not make the daemon hold a thousand of them). Numbers that could not come from a
+A sample is parsed in a thread of its own (tens of milliseconds for a busy CPU job's 0.2 s),
+one sample after another, oldest first, with a pause as long as each read after it: reading
+takes at most half of one core, and the loop that welcomes agents, answers views and
+/metrics, and checks pid claims (in the default thread pool, which samples never fill) keeps
+the rest. A sample arriving while the job's previous one waits or is read is dropped and
+counted, so a buggy or hostile agent cannot queue work without bound; over all jobs at most
+``max_waiting`` samples wait (past it one is dropped and counted, ``bound="ledger_waiting"``:
+64 jobs sending samples that take 0.1 s each delayed a new agent's welcome by 23 s when each
+was read in the shared pool), and samples are kept only while their bytes stay under
+``max_inflight_bytes`` (each may be 16 MiB: a thousand agents must not make the daemon hold a
+thousand of them). Numbers that could not come from a
 real session (non-finite, negative, longer than a minute; step begins outside the session or
 under a microsecond apart) are refused before the parse and counted
 (``bound="sample_numbers"``), and so is a sample the parse stops at one of its bounds
@@ -17,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import Counter
+import time
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 
 from xmon.daemon.sanitize import WALL_TIME_MAX
 from xmon.execution.ledger import JobLedger
@@ -33,20 +41,30 @@ log = logging.getLogger("xmon.daemon")
 
 MAX_SAMPLE_SECONDS = 60.0
 MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
+MAX_WAITING = 32  # samples waiting for the reader over all jobs (a ~0.1 s read each: ~6 s)
+READING_SHARE = 0.5  # of one core: after a read of t seconds the reader rests t
 
 
 class LedgerReader:
     def __init__(
-        self, max_inflight_bytes: int = MAX_INFLIGHT_BYTES, refused: Counter[str] | None = None
+        self,
+        max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+        refused: Counter[str] | None = None,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
         self.max_inflight_bytes = max_inflight_bytes
-        self.inflight_bytes = 0
+        self.max_waiting = max_waiting
+        self.inflight_bytes = 0  # of samples waiting or being read
         self.refused: Counter[str] = Counter() if refused is None else refused
         self._refusing: set[str] = set()  # bounds that refused a sample since the last read
+        self._waiting: deque[tuple[JobLedger, xmon_pb2.ExecutionSample, int]] = deque()
+        self._worker: asyncio.Task[None] | None = None
+        # One thread: the parse is Python holding the GIL, so more threads would read no more
+        # samples a second and take the GIL from the loop more often.
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="xmon-samples")
 
     def submit(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample) -> bool:
-        """Start reading the sample into the ledger; False when it was dropped."""
+        """Queue the sample to be read into the ledger; False when it was dropped."""
         if ledger.reading:
             ledger.samples_dropped_total += 1
             return False
@@ -56,15 +74,20 @@ class LedgerReader:
             return False
         size = len(sample.xspace)
         if self.inflight_bytes + size > self.max_inflight_bytes:
-            ledger.samples_dropped_total += 1
-            self.refused["ledger_bytes"] += 1
-            return False
+            return self._drop(ledger, "ledger_bytes")
+        if len(self._waiting) >= self.max_waiting:
+            return self._drop(ledger, "ledger_waiting")
         ledger.reading = True
         self.inflight_bytes += size
-        task = asyncio.get_running_loop().create_task(self._read(ledger, sample, size))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._waiting.append((ledger, sample, size))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._read_waiting())
         return True
+
+    def _drop(self, ledger: JobLedger, bound: str) -> bool:
+        ledger.samples_dropped_total += 1
+        self.refused[bound] += 1
+        return False
 
     def _refuse(self, ledger: JobLedger, refusal: SampleRefused) -> None:
         ledger.samples_dropped_total += 1
@@ -73,9 +96,22 @@ class LedgerReader:
             self._refusing.add(refusal.bound)
             log.warning("execution samples refused (bound %s): %s", refusal.bound, refusal)
 
-    async def _read(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample, size: int) -> None:
+    async def _read_waiting(self) -> None:
+        while self._waiting:
+            ledger, sample, size = self._waiting.popleft()
+            started = time.monotonic()
+            try:
+                await self._read(ledger, sample)
+            finally:
+                ledger.reading = False
+                self.inflight_bytes -= size
+            took = time.monotonic() - started
+            await asyncio.sleep(took * (1 - READING_SHARE) / READING_SHARE)
+
+    async def _read(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample) -> None:
         try:
-            reading = await asyncio.to_thread(
+            reading = await asyncio.get_running_loop().run_in_executor(
+                self._thread,
                 parse_sample,
                 sample.xspace,
                 sample.started_at,
@@ -96,14 +132,11 @@ class LedgerReader:
             if self._refusing:
                 log.info("execution samples read again")
                 self._refusing.clear()
-        finally:
-            ledger.reading = False
-            self.inflight_bytes -= size
 
     async def drain(self) -> None:
-        """Wait for the samples being read (tests, shutdown)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for the samples waiting or being read (tests, shutdown)."""
+        while self._worker is not None and not self._worker.done():
+            await asyncio.gather(self._worker, return_exceptions=True)
 
 
 def implausible(sample: xmon_pb2.ExecutionSample) -> str | None:
