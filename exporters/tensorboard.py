@@ -162,6 +162,7 @@ class TensorBoardExporter:
         # forward by a month must not make an hour-old trace look a month old.
         self._anchor = (wall(), clock())
         self._last_write: float | None = None
+        self._written_wall: float | None = None  # the wall time of the last snapshot written
         self._last_flush = clock()
         self._last_retention: float | None = None
         self._retry_at: float | None = None
@@ -181,6 +182,7 @@ class TensorBoardExporter:
         self._last_write = now
         try:
             self._write(snapshot)
+            self._written_wall = snapshot.wall_time
             if now - self._last_flush >= self._flush_every:
                 self.flush()
             self._maybe_enforce_retention(now)
@@ -202,8 +204,15 @@ class TensorBoardExporter:
             writer.flush()
         self._last_flush = self._clock()
 
-    def close(self) -> None:
-        """Flush and close every run's writer (daemon shutdown)."""
+    def close(self, final: Snapshot | None = None) -> None:
+        """Flush and close every run's writer (daemon shutdown), having written ``final`` (the
+        daemon's last snapshot) if the interval held it back: up to an interval of every job's
+        points was lost at each stop."""
+        if final is not None and final.wall_time != self._written_wall and self._retry_at is None:
+            try:
+                self._write(final)
+            except Exception as exc:  # noqa: BLE001 - closing goes on: what was written stays
+                self._fail(exc, self._clock())
         for key in list(self._writers):
             self._close(key)
 

@@ -147,6 +147,24 @@ def test_interval_limits_points_and_gone_jobs_are_closed(tmp_path: Path) -> None
     exporter.close()
 
 
+def test_closing_writes_the_last_snapshot_the_interval_held_back(tmp_path: Path) -> None:
+    """A stop lost up to an interval of every job's points: the daemon's last snapshot is
+    written as the files close, once (not again if it was written already)."""
+    clock = Clock()
+    exporter = TensorBoardExporter(tmp_path, interval_seconds=10, clock=clock)
+    exporter.update(snapshot(STARTED, (job(steps=10),)))
+    clock.now += 4
+    last = snapshot(STARTED + 4, (job(steps=14),))
+    exporter.update(last)  # within the interval: held back
+    exporter.close(last)
+    points = read(tmp_path / "train-42").Scalars("steps/steps_total")
+    assert [(p.step, p.value) for p in points] == [(10, 10.0), (14, 14.0)]
+    again = TensorBoardExporter(tmp_path / "again", interval_seconds=10, clock=clock)
+    again.update(last)
+    again.close(last)  # written by update already
+    assert len(read(tmp_path / "again" / "train-42").Scalars("steps/steps_total")) == 1
+
+
 def test_run_names_are_safe() -> None:
     assert tb_logdir.run_name("train", 12) == "train-12"
     assert tb_logdir.run_name("../../etc/passwd", 3) == "etc_passwd-3"

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.agent.transport import Transport
 from xmon.config import DaemonConfig
 from xmon.daemon.service import Daemon
 from xmon.proto import xmon_pb2
 
+from flood_attacks import RawStream, hello, report
 from procs import base_env, spawn, start_daemon, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -57,6 +62,44 @@ def test_sigterm_with_agents_attached_ends_their_streams_cleanly(tmp_path: Path)
     log = daemon.log()
     assert "Traceback" not in log and "CancelledError" not in log, log
     assert "Exception not handled" not in log, log
+
+
+def _reports(pid: int, sent: dict[int, int]) -> Iterator[bytes]:
+    """A job's hello, then a report every 0.1 s whose memory reading is its sequence number
+    (KiB in use): ``sent`` holds the last one sent."""
+    yield hello(pid)
+    for seq in itertools.count(1):
+        sent[pid] = seq
+        yield report(memory_devices=1, seq=seq, devices=1)
+        time.sleep(0.1)
+
+
+def test_sigterm_writes_every_job_s_last_points_to_tensorboard(tmp_path: Path) -> None:
+    """Three jobs report 10 times a second; the daemon writes TensorBoard points every 10 s
+    (the default) and is stopped 6 s after the first: each job's last points were lost (the
+    last written was ~60 reports old). Now the last snapshot is written as the files close."""
+    daemon = start_daemon(
+        tmp_path / "d",
+        env={"XMON_VERIFY_PIDS": "off", "XMON_PROFILING": json.dumps({"triggers": False})},
+    )
+    sent: dict[int, int] = {}
+    jobs = [RawStream(daemon.socket_path, _reports(7000 + i, sent)) for i in range(3)]
+    logdir = Path(daemon.extra_env["XMON_LOGDIR"])
+    try:
+        wait_for(lambda: len(list(logdir.glob("flood700?-700?/*tfevents*"))) == 3, 30,
+                 "the first points")  # fmt: skip
+        time.sleep(6.0)
+        stopped_at = dict(sent)
+        assert daemon.stop(signal.SIGTERM) == 0, daemon.log()
+    finally:
+        for job in jobs:
+            job.close()
+    for pid, last_sent in stopped_at.items():
+        run = EventAccumulator(str(logdir / f"flood{pid}-{pid}"))
+        run.Reload()
+        last = run.Scalars("memory/device_0/in_use_bytes")[-1].value // 1024
+        # the daemon's last snapshot is at most a period (0.5 s) and a report behind
+        assert last >= last_sent - 10, f"job {pid}: last point at report {last} of {last_sent}"
 
 
 def test_sighup_right_after_start_reloads_instead_of_killing(tmp_path: Path) -> None:

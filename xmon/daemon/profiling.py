@@ -88,9 +88,14 @@ class Profiling:
             reason=fire.reason,
         )
 
-    async def close(self) -> None:
+    async def close(self, final: Snapshot | None = None) -> None:
+        """Stop captures and close the TensorBoard files, writing ``final`` (the daemon's last
+        snapshot) first where the export interval held it back: a stop loses no point."""
         await self.profiler.close()
         if self._export is not None:
             await asyncio.gather(self._export, return_exceptions=True)
+        if self.tensorboard is None and final is not None and self.export_due(bool(final.jobs), 0):
+            await asyncio.to_thread(self._export_tensorboard, final)
         if self.tensorboard is not None:
-            await asyncio.to_thread(self.tensorboard.close)
+            last = final if self.settings.tensorboard else None
+            await asyncio.to_thread(self.tensorboard.close, last)

@@ -224,7 +224,8 @@ class Daemon:
             )
             await self._tick_forever()
         finally:
-            await self.profiling.close()  # also flushes the TensorBoard event files
+            # flushes the TensorBoard event files, with the last snapshot's points in them
+            await self.profiling.close(self.hub.snapshot)
             self.hub.end_streams()  # agents see a clean end, not a cancelled call
             await asyncio.gather(*(server.stop(grace=1.0) for server in self._servers))
             self.endpoint.stop()
