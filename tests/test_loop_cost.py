@@ -371,6 +371,18 @@ def test_text_too_large_to_parse_is_scanned_for_loops_only() -> None:
     assert loop_cost(text.replace(" while(", " call("), None, max_text_chars=10).extra == Cost()
 
 
+def test_a_scanned_text_finds_the_loops_a_full_parse_finds() -> None:
+    """The scan finds each loop's line by ``str.find``: the same loops, names and trip counts
+    as the parse, first line and last line included."""
+    text = nested(4, 3) + "\n" + one_loop(trips=7) + "\n" + one_loop(trips=5).rstrip("\n")
+    scanned = loop_cost(text, None, max_text_chars=len(text) - 1).loops
+    parsed = loop_cost(text, fake_xla_cost).loops
+    assert sorted((loop.name, loop.trip_count) for loop in scanned) == sorted(
+        (loop.name, loop.trip_count) for loop in parsed
+    )
+    assert len(scanned) == 4
+
+
 def test_modules_joined_in_one_text_add_up() -> None:
     text = one_loop(trips=10) + "\n" + one_loop(trips=4)
     result = loop_cost(text, fake_xla_cost)

@@ -27,7 +27,7 @@ way. Nothing here imports jax: XLA's cost comes in as a callable, and malformed 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 
 from xmon.execution.trip_count import KNOWN_TRIP_COUNT, annotated_trips, attr_callee, trip_count
@@ -359,11 +359,27 @@ def _too_large(hlo_text: str, max_text_chars: int) -> LoopCost:
 
 
 def _scan_loops(hlo_text: str) -> tuple[Loop, ...]:
-    """The while loops of text too large to parse, with XLA's trip count annotation only."""
+    """The while loops of text too large to parse, with XLA's trip count annotation only.
+    Only the lines holding `` while(`` are matched: the pattern run over every line of 17 MiB
+    took 1.3 s of the agent's thread, finding them takes milliseconds."""
     loops = []
-    for match in _WHILE_LINE.finditer(hlo_text):
+    for line in _lines_with(hlo_text, " while("):
+        match = _WHILE_LINE.match(line)
+        if match is None:
+            continue
         known = KNOWN_TRIP_COUNT.search(match["rest"])
         trips = annotated_trips(known[1]) if known else None
         source = "known_trip_count" if trips is not None else "unknown"
         loops.append(Loop(match["name"].lstrip("%"), "", "", "", trips, source))
     return tuple(loops)
+
+
+def _lines_with(text: str, needle: str) -> Iterator[str]:
+    """Each line of ``text`` holding ``needle``, once, found by ``str.find`` (C speed)."""
+    at = text.find(needle)
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        at = text.find(needle, end)
