@@ -40,6 +40,7 @@ from flood_attacks import (
     recompile_report,
     refused,
     report,
+    samples_every,
     scrape_seconds,
     slow_metrics_clients,
     stepping_space,
@@ -198,6 +199,17 @@ def distinct_id_samples(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     close_all(streams)
 
 
+def slow_samples(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
+    count = sizes.n(64, 8)
+    sample = in_part_frames(execution_sample(stepping_space(10_000, period_ms=1)))
+    streams = [RawStream(daemon.socket_path, samples_every(pid, sample, 2.0))
+               for pid in range(450, 450 + count)]  # fmt: skip
+    _attached(daemon, range(450, 450 + count))
+    yield (f"{count} jobs each sending an execution sample of 10,000 ops (~0.1 s to read) "
+           "every 2 s")  # fmt: skip
+    close_all(streams)
+
+
 def impossible_step_begins(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     count = sizes.n(64, 8)
     gaps = (1e308, 5e-324)
@@ -310,6 +322,7 @@ FLOODS = (
     Flood("snapshot > 16 MiB", "", large_snapshot),
     Flood("samples of distinct ids", "", distinct_id_samples),
     Flood("impossible step begins", "", impossible_step_begins),
+    Flood("samples slow to read", "", slow_samples),
     Flood("views that never read", "", stalled_views, hold=3.0),
     Flood("idle unix connections", "", idle_unix_connections),
     Flood("slow /metrics clients", "", slow_metrics),

@@ -167,6 +167,14 @@ def execution_sample(
     return xmon_pb2.AgentMessage(execution_sample=sample).SerializeToString()
 
 
+def samples_every(pid: int, sample: list[bytes], seconds: float) -> Iterator[bytes]:
+    """A job's hello, then ``sample`` (its frames) every ``seconds``, until the stream ends."""
+    yield hello(pid)
+    while True:
+        yield from sample
+        time.sleep(seconds)
+
+
 def recompile_report(padding: int) -> bytes:
     """A report whose recompiled function carries ``padding`` characters in each string the
     daemon keeps of it."""

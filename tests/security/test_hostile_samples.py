@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from flood_attacks import (
     hello,
     in_part_frames,
     refused,
+    samples_every,
     scrape_seconds,
     stepping_space,
 )
@@ -79,7 +79,6 @@ def test_samples_of_distinct_ids_leave_a_memory_limited_daemon_serving(tmp_path:
 
 COUNT_TRACE = """
 import resource, sys
-from collections.abc import Iterator
 from pathlib import Path
 from xmon.execution.xplane import count_files
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -113,14 +112,6 @@ def test_a_large_trace_is_read_in_pieces(tmp_path: Path, kind: str, outcome: str
     assert grown < 160 << 20, f"{grown >> 20} MiB held to read a 96 MiB trace"
 
 
-def _samples_every(pid: int, sample: list[bytes], seconds: float) -> Iterator[bytes]:
-    """A job's hello, then ``sample`` (its frames) every ``seconds``, until the stream ends."""
-    yield hello(pid)
-    while True:
-        yield from sample
-        time.sleep(seconds)
-
-
 def test_samples_slow_to_read_from_64_jobs_leave_a_new_agent_welcomed_at_once(
     tmp_path: Path,
 ) -> None:
@@ -131,7 +122,7 @@ def test_samples_slow_to_read_from_64_jobs_leave_a_new_agent_welcomed_at_once(
     daemon = config_daemon(tmp_path)
     sample = in_part_frames(execution_sample(stepping_space(10_000, period_ms=1)))
     streams = [
-        RawStream(daemon.socket_path, _samples_every(5000 + i, sample, 2.0)) for i in range(64)
+        RawStream(daemon.socket_path, samples_every(5000 + i, sample, 2.0)) for i in range(64)
     ]
     try:
         wait_for(lambda: 'pid="5063"' in daemon.scrape(), 60, "64 jobs attached")
