@@ -179,7 +179,8 @@ def _rule(alert: Alert) -> str:
         f"      - alert: {alert.name}\n"
         f"        expr: {_quote(alert.expr)}\n"
         f"        for: {alert.for_}\n"
-        f"        labels:\n"
+        + (f"        keep_firing_for: {alert.keep_firing_for}\n" if alert.keep_firing_for else "")
+        + f"        labels:\n"
         f"          severity: {alert.severity}\n"
         f"        annotations:\n"
         f"          summary: {_quote(alert.summary)}\n"

@@ -142,8 +142,8 @@ def _processes() -> Row:
     return Row("Multi-process jobs", (
         Panel("Processes", "Every process of the multi-process (jax.distributed) jobs across "
               "hosts: its job key, index and worker, how long its devices wait for its host "
-              "each step and how much longer than the job's median (the straggler has the "
-              "most), seconds since its last step, and where it waits while stalled "
+              "each step and how much longer than the job's fastest process (the straggler "
+              "has the most), seconds since its last step, and where it waits while stalled "
               "(xmon fleet shows the same).",
               (q(f'xmon_job_fleet_info{{{F}, process_count!="1"}}'),
                q(f"xmon_job_step_host_seconds{{{H}}} {JOIN}"),
@@ -156,8 +156,8 @@ def _processes() -> Row:
               "line is on top.",
               (q(f"xmon:job_process:step_host_seconds{{{F}}}", PROCESS),), unit="s"),
         Panel("Straggler excess", "Each process's host seconds per step over its job's "
-              "median, as a share of the step (XmonFleetStraggler fires on the largest above "
-              "25% for 5 minutes).",
+              "fastest process's, as a share of the step (XmonFleetStraggler fires on the "
+              "largest when it exceeds the next largest by 25% of the step for 5 minutes).",
               (q(f"xmon:job_process:step_host_excess_ratio{{{F}}}", PROCESS),),
               unit="percentunit"),
         Panel("Collective seconds per step", "Device time in collectives per step, waiting "
@@ -184,8 +184,11 @@ BOARD = Board(
     "across hosts (straggler, skew, hangs).",
     variables=(
         Variable("instance", "Host", "label_values(xmon_up, instance)"),
-        Variable("job_key", "Multi-process job",
-                 'label_values(xmon_job_fleet_info{instance=~"$instance"}, job_key)'),
+        Variable(
+            "job_key",
+            "Multi-process job",
+            'label_values(xmon_job_fleet_info{instance=~"$instance"}, job_key)',
+        ),
     ),  # fmt: skip
     rows=(_stats(), _hosts(), _heatmaps(), _jobs(), _processes()),
 )

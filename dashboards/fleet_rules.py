@@ -19,9 +19,11 @@ JOIN = (
 WHO = ("process {{ $labels.process_index }} of job {{ $labels.job_key }} "
        "({{ $labels.worker }}, {{ $labels.instance }}, pid {{ $labels.pid }})")  # fmt: skip
 STALLED = "xmon:job_process:stalled"
+STRAGGLER_KEEP_FIRING = "2m"  # the view's hysteresis (judge.STRAGGLER_KEEP_SHARE) as time
 BEGUN = "xmon:job_process:stalled_steps_begun_total"
 HOST = "xmon:job_process:step_host_seconds"
-MEDIAN = "xmon:job:step_host_seconds:median"
+FASTEST = "xmon:job:step_host_seconds:min"
+NEXT_SLOWEST = "xmon:job:step_host_seconds:second_max"
 
 RECORDS = (
     Record(HOST, f"xmon_job_step_host_seconds {JOIN}",
@@ -31,16 +33,27 @@ RECORDS = (
     Record("xmon:job:step_seconds",
            "1 / min by (job_key) (xmon:job_process:steps_per_second > 0)",
            "The job's step time: its slowest process's."),
-    Record(MEDIAN, f"quantile by (job_key) (0.5, {HOST})",
-           "The job's median host seconds per step."),
+    Record(FASTEST, f"min by (job_key) ({HOST})",
+           "The job's shortest host seconds per step (its fastest process's)."),
+    Record(NEXT_SLOWEST, f"min by (job_key) (topk by (job_key) (2, {HOST}))",
+           "The job's second longest host seconds per step: what the job would wait for "
+           "without its slowest process."),
     Record("xmon:job_process:step_host_excess_seconds",
-           f"{HOST} - on(job_key) group_left {MEDIAN}",
-           "Straggler ranking: host seconds per step over the job's median (the largest is "
-           "the straggler; the excess is what it costs every step)."),
+           f"{HOST} - on(job_key) group_left {FASTEST}",
+           "Straggler ranking: host seconds per step over the job's fastest process's (the "
+           "largest is the straggler)."),
     Record("xmon:job_process:step_host_excess_ratio",
            "xmon:job_process:step_host_excess_seconds"
            " / on(job_key) group_left xmon:job:step_seconds",
            "The same excess as a share of the job's step time."),
+    Record("xmon:job_process:step_host_straggler_seconds",
+           f"topk by (job_key) (1, {HOST}) - on(job_key) group_left {NEXT_SLOWEST}",
+           "The slowest process's host seconds per step over the next slowest's: what it "
+           "costs the job every step (two processes: the whole gap, not half of it)."),
+    Record("xmon:job_process:step_host_straggler_ratio",
+           "xmon:job_process:step_host_straggler_seconds"
+           " / on(job_key) group_left xmon:job:step_seconds",
+           "The same cost as a share of the job's step time."),
     Record("xmon:job:step_host_skew_ratio",
            f"(max by (job_key) ({HOST}) - min by (job_key) ({HOST}))"
            " / xmon:job:step_seconds",
@@ -59,16 +72,16 @@ _SEVERAL_STALLED = f"on(job_key) (count by (job_key) ({STALLED}) >= {STALLED_FOR
 
 ALERTS = (
     Alert("XmonFleetStraggler",
-          "topk by (job_key) (1, xmon:job_process:step_host_excess_ratio)"
-          f" > {STRAGGLER_MIN_RATIO}"
-          " and on(job_key, process_index) xmon:job_process:step_host_excess_seconds"
+          f"xmon:job_process:step_host_straggler_ratio > {STRAGGLER_MIN_RATIO}"
+          " and on(job_key, process_index) xmon:job_process:step_host_straggler_seconds"
           f" > {STRAGGLER_MIN_SECONDS}",
-          ("xmon:job_process:step_host_excess_ratio",
-           "xmon:job_process:step_host_excess_seconds"), "5m", "warning",
+          ("xmon:job_process:step_host_straggler_ratio",
+           "xmon:job_process:step_host_straggler_seconds"), "5m", "warning",
           f"Straggler: {WHO}",
           "Its devices wait for its host {{ $value | humanizePercentage }} of every step "
-          "longer than the job's median process; with collectives every other process "
-          "waits that long for it (data loading, preprocessing, a slow or busy host)."),
+          "longer than the next slowest process's; with collectives every other process "
+          "waits that long for it (data loading, preprocessing, a slow or busy host).",
+          keep_firing_for=STRAGGLER_KEEP_FIRING),
     Alert("XmonFleetHang",
           f'({STALLED}{{waits_in="host"}} and {_SEVERAL_STALLED})'
           f" or on(job_key) ({BEGUN} == on(job_key) group_left min by (job_key) ({BEGUN})"

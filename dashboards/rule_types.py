@@ -14,6 +14,7 @@ class Alert:
     severity: str
     summary: str
     description: str
+    keep_firing_for: str = ""  # hysteresis: keeps firing this long after expr stops matching
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from xmon.cli.safe_text import printable
 from xmon.fleet.judge import FleetVerdict, group_by_job, judge
@@ -65,9 +66,16 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
 
 
-def verdicts(source: PrometheusSource, args: argparse.Namespace) -> list[FleetVerdict]:
+def verdicts(
+    source: PrometheusSource,
+    args: argparse.Namespace,
+    before: Sequence[FleetVerdict] = (),
+) -> list[FleetVerdict]:
+    """Each job's verdict; ``before`` (a watch's last verdicts) keeps a straggler named while it
+    lags past the lower thresholds (xmon.fleet.judge)."""
+    named = {v.job_key: v.straggler.process_index for v in before if v.straggler}
     jobs = group_by_job(source.readings(args.selector))
-    found = [judge(key, readings) for key, readings in sorted(jobs.items())]
+    found = [judge(key, readings, named.get(key)) for key, readings in sorted(jobs.items())]
     if not args.all:
         found = [v for v in found if v.process_count > 1]
     if args.job:
@@ -90,9 +98,11 @@ def _once(source: PrometheusSource, args: argparse.Namespace) -> int:
 
 
 def _watch(source: PrometheusSource, args: argparse.Namespace) -> int:
+    found: list[FleetVerdict] = []
     try:
         while True:
-            text = render_text(verdicts(source, args))
+            found = verdicts(source, args, found)
+            text = render_text(found)
             stamp = time.strftime("%H:%M:%S")
             sys.stdout.write(CLEAR + f"xmon fleet  {source.url}  {stamp}\n\n")
             sys.stdout.write(printable(text, keep="\n") + "\n")

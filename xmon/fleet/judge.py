@@ -6,9 +6,14 @@ the constants here), so ``xmon fleet`` and an alert never disagree:
 * **Straggler.** With collectives, every process's step takes as long as the slowest one's, so
   step times cannot tell processes apart. Host time per step can (xmon_job_step_host_seconds:
   how long the process's devices wait for their host): the straggler's devices wait for its
-  host, the others' wait in collectives for the straggler. A process whose host time exceeds
-  the job's median by more than ``STRAGGLER_MIN_RATIO`` of the step (and
-  ``STRAGGLER_MIN_SECONDS``) is the straggler; the excess is what it costs every step.
+  host, the others' wait in collectives for the straggler. The process with the longest host
+  time is the straggler when it exceeds the next longest by more than ``STRAGGLER_MIN_RATIO``
+  of the step (and ``STRAGGLER_MIN_SECONDS``): that excess is what it costs every step (the
+  job without it would wait for the next slowest host). Measured against the median, two
+  processes showed half the gap (the median is their midpoint). A straggler already named
+  stays named until its excess falls under ``STRAGGLER_KEEP_SHARE`` of those thresholds, so a
+  lag near the threshold does not flicker in and out. Processes are ranked by host time over
+  the job's fastest process's.
 * **Skew.** (largest - smallest host time per step) / step time: the share of each step the
   job loses to its least balanced host.
 * **Hang.** When two or more processes of a job are stalled (the agent's rule: no step for
@@ -21,12 +26,12 @@ the constants here), so ``xmon fleet`` and an alert never disagree:
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 STRAGGLER_MIN_RATIO = 0.25  # of the job's step time: below, the ranking shows it, nothing marks it
 STRAGGLER_MIN_SECONDS = 0.005  # per step: below this a host's lag is noise on any machine
+STRAGGLER_KEEP_SHARE = 0.8  # of both thresholds: a named straggler stays named above them
 STALLED_FOR_A_HANG = 2  # processes of one job stalled at once
 
 
@@ -54,7 +59,7 @@ class ProcessReading:
 @dataclass(frozen=True)
 class Straggler:
     process_index: int
-    excess_seconds: float  # host seconds per step over the job's median
+    excess_seconds: float  # host seconds per step over the next slowest process's
     excess_ratio: float  # of the job's step time
 
 
@@ -65,7 +70,7 @@ class FleetVerdict:
     processes: tuple[ProcessReading, ...]  # by process index
     step_seconds: float | None
     straggler: Straggler | None
-    excess_ratio: dict[int, float]  # process index -> host excess over the median / step
+    excess_ratio: dict[int, float]  # process index -> host excess over the fastest / step
     skew_ratio: float | None
     hang_first: tuple[int, ...]  # process indexes named as having stopped first
     stalled: tuple[int, ...]
@@ -83,7 +88,11 @@ def group_by_job(readings: Iterable[ProcessReading]) -> dict[str, list[ProcessRe
     return jobs
 
 
-def judge(job_key: str, readings: Sequence[ProcessReading]) -> FleetVerdict:
+def judge(
+    job_key: str, readings: Sequence[ProcessReading], named_before: int | None = None
+) -> FleetVerdict:
+    """``named_before``: the process named the job's straggler by the last judgement (a view
+    that watches), which stays named while it lags past the lower thresholds."""
     processes = tuple(sorted(readings, key=lambda r: (r.process_index, r.instance)))
     count = max((r.process_count for r in processes), default=0)
     step = job_step_seconds(processes)
@@ -93,7 +102,7 @@ def judge(job_key: str, readings: Sequence[ProcessReading]) -> FleetVerdict:
         process_count=count,
         processes=processes,
         step_seconds=step,
-        straggler=straggler(processes, step),
+        straggler=straggler(processes, step, named_before),
         excess_ratio=excess,
         skew_ratio=skew_ratio(processes, step),
         hang_first=hang_first(processes),
@@ -131,22 +140,32 @@ def _host_times(processes: Sequence[ProcessReading]) -> dict[int, float]:
 def host_excess_ratios(
     processes: Sequence[ProcessReading], step_seconds: float | None
 ) -> dict[int, float]:
-    """Each process's host seconds per step over the job's median, as a share of the step."""
+    """Each process's host seconds per step over the job's fastest process's, as a share of
+    the step: the ranking (the straggler first)."""
     hosts = _host_times(processes)
     if len(hosts) < 2 or not step_seconds:
         return {}
-    median = statistics.median(hosts.values())
-    return {index: (seconds - median) / step_seconds for index, seconds in hosts.items()}
+    fastest = min(hosts.values())
+    return {index: (seconds - fastest) / step_seconds for index, seconds in hosts.items()}
 
 
-def straggler(processes: Sequence[ProcessReading], step_seconds: float | None) -> Straggler | None:
+def straggler(
+    processes: Sequence[ProcessReading],
+    step_seconds: float | None,
+    named_before: int | None = None,
+) -> Straggler | None:
+    """The process whose host time exceeds the next longest by both thresholds (by their
+    ``STRAGGLER_KEEP_SHARE`` if it was ``named_before``), with that excess."""
     hosts = _host_times(processes)
     if len(hosts) < 2 or not step_seconds:
         return None
-    median = statistics.median(hosts.values())
-    index, seconds = max(hosts.items(), key=lambda item: (item[1], -item[0]))
-    excess = seconds - median
-    if excess <= STRAGGLER_MIN_SECONDS or excess / step_seconds <= STRAGGLER_MIN_RATIO:
+    ranked = sorted(hosts.items(), key=lambda item: (-item[1], item[0]))
+    (index, seconds), (_, next_slowest) = ranked[0], ranked[1]
+    excess = seconds - next_slowest
+    share = STRAGGLER_KEEP_SHARE if index == named_before else 1.0
+    if excess <= share * STRAGGLER_MIN_SECONDS or excess / step_seconds <= (
+        share * STRAGGLER_MIN_RATIO
+    ):
         return None
     return Straggler(index, excess, excess / step_seconds)
 

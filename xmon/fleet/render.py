@@ -35,8 +35,8 @@ def _render_job(v: FleetVerdict) -> str:
     if v.straggler:
         s = v.straggler
         lines.append(f"  straggler: process {s.process_index}, its devices wait for its host "
-                     f"{format_seconds(s.excess_seconds)} a step longer than the median "
-                     f"({s.excess_ratio:.0%} of the step)")  # fmt: skip
+                     f"{format_seconds(s.excess_seconds)} a step longer than the next slowest "
+                     f"process's ({s.excess_ratio:.0%} of the step)")  # fmt: skip
     if v.hang_first:
         who = ", ".join(str(i) for i in v.hang_first)
         lines.append(f"  hung: stopped first at process {who} (the others wait inside jax)")
