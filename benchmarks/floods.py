@@ -27,6 +27,7 @@ from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from common import machine, summary, table, today, write_section
 from flood_attacks import (
+    GoodAgent,
     RawStream,
     StalledView,
     UnfinishedMessages,
@@ -159,7 +160,7 @@ def unfinished_messages(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
     attached = UnfinishedMessages(
         daemon.socket_path, count // 2, MiB, first=lambda i: hello(5000 + i)
     )
-    agent = RawStream(daemon.socket_path, [hello(900), report()], keepalive=1.0)
+    agent = GoodAgent(daemon.socket_path, 900, keepalive=1.0)
     _attached(daemon, range(900, 901))
     yield (f"{count:,} streams 1 byte short of 1 MiB, {count:,} short of the receive limit, "
            f"{count // 2:,} attached agents short of 1 MiB; a good agent attaches")  # fmt: skip

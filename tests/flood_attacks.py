@@ -220,6 +220,33 @@ class RawStream:
         self.channel.close()
 
 
+class GoodAgent:
+    """A well-behaved agent during a flood: its hello, a report, then a report every
+    ``keepalive`` seconds, on a stream opened again (every 0.2 s) whenever the daemon or gRPC
+    ends it, as the real agent reconnects (xmon.agent.transport): while a flood holds every
+    call gRPC allows at once, a new stream is refused before the daemon sees it."""
+
+    def __init__(self, socket_path: Path, pid: int, keepalive: float = 0.5) -> None:
+        self._open = lambda: RawStream(socket_path, [hello(pid), report()], keepalive=keepalive)
+        self.stream = self._open()
+        self.opened = 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._reopen, daemon=True)
+        self._thread.start()
+
+    def _reopen(self) -> None:
+        while not self._stop.wait(0.2):
+            if self.stream.call.done():
+                self.stream.close()
+                self.stream = self._open()
+                self.opened += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.stream.close()
+
+
 class StalledView:
     """A Subscribe stream whose client never asks for a message (a view that stopped reading).
 

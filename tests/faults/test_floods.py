@@ -17,6 +17,7 @@ from xmon.client import DaemonClient
 from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from flood_attacks import (
+    GoodAgent,
     MemoryCap,
     RawStream,
     StalledView,
@@ -197,19 +198,14 @@ def _flood_within_a_memory_limit(
     daemon: Daemon, flood: UnfinishedMessages, agent_pid: int, seconds: float = 8.0
 ) -> list[float]:
     """Scrapes every 0.2 s while ``flood`` holds its streams, and a good agent attaching
-    meanwhile; the scrapes' times. The agent opens a new stream when the daemon ends its
-    stream, as the real agent does (xmon.agent.transport): while every call gRPC allows at
-    once is held by the flood, a new stream is refused before the daemon sees it."""
+    meanwhile; the scrapes' times."""
     times: list[float] = []
-    agent = RawStream(daemon.socket_path, [hello(agent_pid), report()], keepalive=0.5)
+    agent = GoodAgent(daemon.socket_path, agent_pid)
     try:
         ends = time.monotonic() + seconds
         while time.monotonic() < ends or f'pid="{agent_pid}"' not in daemon.scrape():
             times.append(_scrape_seconds(daemon))
             assert time.monotonic() < ends + 30, "the good agent never attached"
-            if agent.call.done():  # refused: try again, as an agent's reconnect does
-                agent.close()
-                agent = RawStream(daemon.socket_path, [hello(agent_pid), report()], keepalive=0.5)
             time.sleep(0.2)
     finally:
         agent.close()
