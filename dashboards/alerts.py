@@ -22,7 +22,11 @@ JOB_KEY = "on(instance, job_name, pid)"
 WHO = "{{ $labels.job_name }} (pid {{ $labels.pid }}) on {{ $labels.instance }}"
 DEV = "device {{ $labels.device }} on {{ $labels.instance }}"
 P50 = 'xmon_job_step_duration_seconds{quantile="0.5"}'
-STEPPING = f"{JOB_KEY} rate(xmon_job_steps_total[5m]) > 0"
+# Marked steps are counted; inferred ones (a job run with no code change) have only a rate.
+STEPPING = (
+    f"{JOB_KEY} (rate(xmon_job_steps_total[5m]) > 0 or (xmon_job_steps_per_second > 0"
+    f" and {JOB_KEY} xmon_job_steps_inferred == 1))"
+)
 # MFU where the job declares model FLOPs, else HFU unless it is only a lower bound (a low lower
 # bound says nothing); the basis label says which one the alert is about.
 FLOPS_UTILIZATION = (

@@ -38,7 +38,9 @@ def _stats() -> Row:
         stat("Host-bound jobs", "Stepping jobs whose every device was busy less than half the "
              "sampled time (the XmonJobHostBound alert's condition, without its 15 minutes).",
              f"count(max by (instance, job_name, pid) (xmon_job_device_busy_ratio{{{H}}}) < 0.5"
-             f" and {JOB_KEY} rate(xmon_job_steps_total{{{H}}}[$__rate_interval]) > 0)"
+             f" and {JOB_KEY} (rate(xmon_job_steps_total{{{H}}}[$__rate_interval]) > 0"
+             f" or (xmon_job_steps_per_second{{{H}}} > 0"
+             f" and {JOB_KEY} xmon_job_steps_inferred{{{H}}} == 1)))"
              " or vector(0)"),
         stat("Collectors down", "Collectors whose last run failed, fleet-wide.",
              f"count(xmon_collector_up{{{H}}} == 0) or vector(0)"),

@@ -76,9 +76,11 @@ class FamilyBuilder:
         name: str,
         labels: Sequence[object],
         quantiles: Iterable[tuple[str, float | None]],
-        count: int,
+        count: int | None,
         total: float,
     ) -> None:
+        """``count`` None: what is summarised is not counted (inferred steps): the quantiles
+        alone, with no ``_count`` or ``_sum`` (a 0 would be a wrong number)."""
         claimed = self._claim(name, labels)
         if claimed is None:
             return
@@ -87,7 +89,8 @@ class FamilyBuilder:
         for quantile, value in quantiles:
             if value is not None:
                 family.add_sample(family.name, {**base, "quantile": quantile}, float(value))
-        family.add_metric(values, count, float(total))  # type: ignore[attr-defined]
+        if count is not None:
+            family.add_metric(values, count, float(total))  # type: ignore[attr-defined]
 
     def histogram(
         self,

@@ -426,6 +426,21 @@ def test_inferred_steps_name_their_program() -> None:
     assert key("xmon_job_steps_inferred", **TRAIN, program="") not in s
 
 
+def test_inferred_steps_have_a_rate_and_no_count() -> None:
+    """A job that marks no steps: its steps have a rate (from the ledger) but nobody counts
+    them, so the count is absent, not 0 beside the rate."""
+    steps = replace(train_job().steps, steps_total=0, step_seconds_total=0.0, inferred=True,
+                    inferred_from="jit_train_step", steps_per_second=7.6,
+                    p50_step_seconds=1 / 7.6)  # fmt: skip
+    s = samples(snapshot((replace(train_job(), steps=steps),)))
+    assert s[key("xmon_job_steps_per_second", **TRAIN)] == 7.6
+    assert s[key("xmon_job_step_duration_seconds", **TRAIN, quantile="0.5")] == 1 / 7.6
+    names = {name for name, labels in s if dict(labels).get("pid") == str(TRAIN["pid"])}
+    absent = {"xmon_job_steps_total", "xmon_job_step_duration_seconds_count",
+              "xmon_job_step_duration_seconds_sum"}  # fmt: skip
+    assert not names & absent, names & absent
+
+
 def test_undeclared_model_flops_leave_mfu_absent_and_hfu_present() -> None:
     u = Utilization(achieved_flops_per_second=2e12, peak_flops_per_second=4e12,
                     hardware_flops_utilization_ratio=0.5)  # fmt: skip

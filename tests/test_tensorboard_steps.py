@@ -15,6 +15,7 @@ from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.model import Job, StepStats
 
 TAG = "steps/steps_total"
+INFERRED = "steps/inferred"  # inferred steps have no count: their points are found by this
 
 
 def _stepped(steps: int, started: float = STARTED) -> Job:
@@ -40,8 +41,8 @@ def _write(logdir: Path, points: list[tuple[float, Job]]) -> None:
     exporter.close()
 
 
-def _steps(logdir: Path) -> list[int]:
-    return [e.step for e in read(logdir / "train-42").Scalars(TAG)]
+def _steps(logdir: Path, tag: str = TAG) -> list[int]:
+    return [e.step for e in read(logdir / "train-42").Scalars(tag)]
 
 
 def _axis_text(logdir: Path) -> str:
@@ -59,7 +60,8 @@ def test_marked_steps_are_the_axis_and_the_run_says_so(tmp_path: Path) -> None:
 
 def test_inferred_steps_have_no_count_so_the_axis_is_seconds(tmp_path: Path) -> None:
     _write(tmp_path, [(30.4, _inferred()), (40.6, _inferred()), (51.0, _inferred())])
-    assert _steps(tmp_path) == [30, 40, 50]  # advanced by the monotonic clock from 30
+    assert _steps(tmp_path, INFERRED) == [30, 40, 50]  # advanced by the monotonic clock from 30
+    assert TAG not in read(tmp_path / "train-42").Tags()["scalars"]  # no count, not a 0
     assert "seconds since the job attached" in _axis_text(tmp_path)
 
 
@@ -84,7 +86,7 @@ def test_a_daemon_restart_mid_job_keeps_the_axis(tmp_path: Path) -> None:
     assert _steps(tmp_path) == [100, 200, 400, 500]
     _write(tmp_path / "w", [(30.0, _inferred()), (40.0, _inferred())])
     _write(tmp_path / "w", [(60.0, _inferred()), (70.0, _inferred())])
-    assert _steps(tmp_path / "w") == [30, 40, 60, 70]
+    assert _steps(tmp_path / "w", INFERRED) == [30, 40, 60, 70]
 
 
 def test_a_job_restarted_while_the_daemon_was_down_continues_after(tmp_path: Path) -> None:

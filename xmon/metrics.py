@@ -211,8 +211,9 @@ _JOB_METRICS = (
 )
 
 _STEP_METRICS = (
-    _c("xmon_job_steps_total", "Training steps: marked by xmon.step() or StepTraceAnnotation, "
-       "else inferred (see xmon_job_steps_inferred).", JOB, "", "Job.steps.steps_total"),
+    _c("xmon_job_steps_total", "Training steps marked by xmon.step() or StepTraceAnnotation; "
+       "absent while steps are inferred (xmon_job_steps_inferred: they have a rate, "
+       "xmon_job_steps_per_second, and no count).", JOB, "", "Job.steps.steps_total"),
     _g("xmon_job_steps_inferred", "1 if the job marks no steps and its steps are the executions "
        "of its dominant repeated program (named by program), 0 if steps are marked.",
        (*JOB, "program"), "", "Job.steps.inferred, inferred_from"),

@@ -102,6 +102,12 @@ def _job_cpu(job: Job) -> float | None:
     return job.process.cpu_utilization_ratio if job.process else None
 
 
+def _step_count(job: Job) -> str:
+    """Marked steps counted; inferred ones have a rate and no count."""
+    s = job.steps
+    return "-" if s.inferred and not s.steps_total else str(s.steps_total)
+
+
 def _steps(text: str, job: Job) -> str:
     """Step numbers of a job without step markers carry the inferred mark."""
     return fmt.marked(text, fmt.INFERRED_MARK, job.steps.inferred)
@@ -141,7 +147,7 @@ JOB_COLUMNS = (
     Column("HFU", _hfu, lambda j: j.utilization.hardware_flops_utilization_ratio),
     Column("BUSY", lambda j: fmt.percent(job_busy_ratio(j)), job_busy_ratio),
     Column("CPU", lambda j: fmt.percent(_job_cpu(j)), _job_cpu),
-    Column("STEPS", lambda j: _steps(str(j.steps.steps_total), j), lambda j: j.steps.steps_total),
+    Column("STEPS", lambda j: _steps(_step_count(j), j), lambda j: j.steps.steps_total),
 )  # fmt: skip
 
 
