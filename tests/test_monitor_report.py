@@ -249,8 +249,9 @@ def test_execution_truth_reaches_the_report(validator: Any) -> None:
     assert [d["busy_ratio"] for d in entry["devices"]] == [0.25, 0.5]
     steps = entry["steps"]
     assert steps["inferred"] is True and steps["inferred_from"] == "jit_train_0"
-    uncounted = dataclasses.replace(later, steps=dataclasses.replace(later.steps, steps_total=0,
-                                                                      step_seconds_total=0.0))
+    uncounted = dataclasses.replace(
+        later, steps=dataclasses.replace(later.steps, steps_total=0, step_seconds_total=0.0)
+    )
     counts = valid(validator, build_report(snapshot(3, jobs=(uncounted,)), None))["jobs"][0]
     assert counts["steps"]["total"] == {} and counts["steps"]["delta"] is None  # not 0
     assert steps["model_flops_per_step"] == 6e11 and steps["tokens_per_step"] == 2048.0

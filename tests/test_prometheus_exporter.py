@@ -286,8 +286,15 @@ EXPECTED = [
     (key("xmon_agent_ledger_samples_total", **TRAIN), 40.0),
     (key("xmon_agent_ledger_samples_skipped_total", **TRAIN), 2.0),
     (key("xmon_agent_capability_available", **TRAIN, capability="ledger", reason=""), 1.0),
-    (key("xmon_agent_capability_available", **TRAIN, capability="loop_cost",
-         reason="no HLO text parser"), 0.0),
+    (
+        key(
+            "xmon_agent_capability_available",
+            **TRAIN,
+            capability="loop_cost",
+            reason="no HLO text parser",
+        ),
+        0.0,
+    ),
     (key("xmon_job_ledger_parse_errors_total", **TRAIN), 1.0),
     (key("xmon_job_ledger_samples", **TRAIN), 8.0),
     (key("xmon_job_ledger_sampled_seconds", **TRAIN), 0.8),
@@ -306,8 +313,18 @@ EXPECTED = [
         64.0,
     ),  # fmt: skip
     (key("xmon_job_steps_total", **EVAL), 0.0),
-    (key("xmon_job_fleet_info", **TRAIN, job_key="10.0.0.2:8476/4", process_index=2,
-         process_count=4, slice_index=0, worker="w-2"), 1.0),
+    (
+        key(
+            "xmon_job_fleet_info",
+            **TRAIN,
+            job_key="10.0.0.2:8476/4",
+            process_index=2,
+            process_count=4,
+            slice_index=0,
+            worker="w-2",
+        ),
+        1.0,
+    ),
     (key("xmon_job_steps_begun_total", **TRAIN), 101.0),
     (key("xmon_job_open_step_seconds", **TRAIN), 0.25),
     (key("xmon_job_stalled", **TRAIN, waits_in="host"), 1.0),

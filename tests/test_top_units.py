@@ -165,9 +165,12 @@ def test_mfu_undeclared_is_a_dash_and_marks_qualify_numbers() -> None:
     assert cells["c"]["MFU"] == fmt.NA_TEXT  # declared, but no peak: unknown, not undefined
     assert cells["b"]["STEPS"] == "~100" and cells["b"]["STEP"].startswith("~")
     uncounted = dataclasses.replace(undeclared.steps, steps_total=0)  # inferred: a rate only
-    assert JOB_COLUMNS[[c.label for c in JOB_COLUMNS].index("STEPS")].cell(
-        dataclasses.replace(undeclared, steps=uncounted)
-    ) == "~-"
+    assert (
+        JOB_COLUMNS[[c.label for c in JOB_COLUMNS].index("STEPS")].cell(
+            dataclasses.replace(undeclared, steps=uncounted)
+        )
+        == "~-"
+    )
     assert cells["a"]["STEPS"] == "100" and cells["a"]["BUSY"] != fmt.NA_TEXT
     assert cells["b"]["BUSY"] == fmt.NA_TEXT  # not sampled yet
     legend = job_legend([declared, undeclared])

@@ -197,6 +197,7 @@ def test_a_forking_job_exits_as_it_does_without_the_agent(tmp_path: Path) -> Non
         rc_with, out_with = _forking_run(tmp_path, daemon.socket_path, "forking", True)
     finally:
         daemon.stop()
+
     def lines(out: str) -> list[str]:
         return [line for line in out.splitlines() if not line.startswith(("CHILD", "STATUS"))]
 

@@ -149,8 +149,10 @@ def test_messages_left_unfinished_give_their_room_to_other_streams_once_stale() 
     assert good.add(b[0].part) is None and pool.budget.refused == {"message_parts": 1}
     clock.now = STALE_SECONDS + 0.5  # only the first is stale: it goes, the other stays
     assert good.add(b[0].part) is None and good.add(b[1].part) is None
-    assert pool.budget.refused == {"message_parts": 2} and list(pool.holders) == [id(late),
-                                                                                  id(good)]
+    assert pool.budget.refused == {"message_parts": 2} and list(pool.holders) == [
+        id(late),
+        id(good),
+    ]
     clock.now = STALE_SECONDS + 2  # now the other is stale too: it gives the last part room
     assert good.add(b[2].part) == sample(2 * PART_BYTES)
     assert pool.budget.refused == {"message_parts": 3} and pool.in_use == 0

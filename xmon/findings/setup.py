@@ -72,8 +72,11 @@ def _no_model_flops(job: Job, since: float) -> Finding | None:
         kind="no_model_flops",
         severity="info",
         summary="MFU is absent: the job declares no model FLOPs per step"
-        + (" (HFU is shown)" if job.utilization.hardware_flops_utilization_ratio is not None
-           else ""),
+        + (
+            " (HFU is shown)"
+            if job.utilization.hardware_flops_utilization_ratio is not None
+            else ""
+        ),
         since=since,
         evidence=(("hardware FLOPs per step", _num(steps.flops_per_step)),),
         fix="Declare them once: xmon.declare_model_flops(6 * n_params * tokens_per_step, "
