@@ -36,6 +36,45 @@ while running():
 """
 )
 
+# A step written as users write one: params and an Adam state of 97 leaves, the batch last,
+# its sequence length changing every step (an unpadded text loader). Only the first 32
+# arguments were compared: the change was called "static" and given the wrong fix.
+LATE_BATCH_SHAPE = (
+    HEADER
+    + r"""
+def layer(i):
+    return {"w": jnp.full((16, 16), 0.01 * i), "b": jnp.zeros((16,)),
+            "scale": jnp.ones((16,)), "bias": jnp.zeros((16,))}
+
+params = {f"layer{i}": layer(i) for i in range(8)}
+opt_state = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(jnp.zeros_like, params),
+             jnp.zeros((), jnp.int32))
+
+@jax.jit
+def train_step(params, opt_state, tokens):
+    def loss(p):
+        h = jax.nn.one_hot(tokens % 16, 16)
+        for name in sorted(p):
+            h = jnp.tanh(h @ p[name]["w"] + p[name]["b"]) * p[name]["scale"] + p[name]["bias"]
+        return (h ** 2).mean()
+    grads = jax.grad(loss)(params)
+    mu, nu, count = opt_state
+    mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, mu, grads)
+    nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, nu, grads)
+    params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
+    return params, (mu, nu, count + 1)
+
+length = 32
+while running():
+    with xmon.step():
+        tokens = jnp.arange(8 * length, dtype=jnp.int32).reshape(8, length)
+        params, opt_state = train_step(params, opt_state, tokens)
+        jax.block_until_ready(params)
+    length += 1
+    time.sleep(0.05)
+"""
+)
+
 # A new functools.partial each step: the same arguments and the same program, compiled again.
 PARTIAL_REBUILT = (
     HEADER

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.e2e
 
 JOBS = {
     "storm": scripts.GROWING_SHAPE,
+    "batch": scripts.LATE_BATCH_SHAPE,
     "partial": scripts.PARTIAL_REBUILT,
     "stall": scripts.STALL_IN_LOCK,
     "callback": scripts.STALL_IN_CALLBACK,
@@ -56,6 +57,14 @@ def test_a_growing_shape_is_a_recompile_storm_of_that_function(suite: JobSuite) 
     series = re.compile(r'^xmon_job_finding\{.*job_name="storm".*kind="recompile".*\} ([0-9.]+)$',
                         re.M)  # fmt: skip
     assert (found := series.search(suite.daemon.scrape())) and float(found[1]) >= 1
+
+
+def test_a_batch_shape_changing_after_97_leaves_is_named_with_its_fix(suite: JobSuite) -> None:
+    _, finding = suite.finding("batch", "recompile")
+    assert finding.subject == "jit_train_step"
+    assert "shape changes between calls" in finding.summary, finding.summary
+    assert "shape: arg 97 int32[8," in dict(finding.evidence)["change 1"], finding.evidence
+    assert "bucket" in finding.fix
 
 
 def test_a_partial_rebuilt_every_step_names_the_function_object(suite: JobSuite) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from xmon.findings import recompiles
 from xmon.findings.recompiles import (
+    ARGUMENTS_PAST,
+    MAX_ARGUMENTS,
     STORM_ERROR,
     FunctionCompiles,
     FunctionTable,
@@ -60,6 +63,40 @@ def test_what_changed(
 def test_shape_change_names_the_argument() -> None:
     change = describe_change((SCALAR, F32_8), (SCALAR, F32_9), False)
     assert change == "shape: arg 1 float32[8] -> float32[9]"
+
+
+def test_a_batch_after_a_model_s_leaves_is_compared_whole() -> None:
+    """A step of params, an optimizer state (97 leaves) and a batch: the batch's shape
+    change was past the 32 arguments compared and was called "static"."""
+    table = FunctionTable()
+    leaves = (F32_8,) * 97
+    for n, length in enumerate((32, 33)):
+        batch = argument_text(f"int32[8,{length}]", False, None)
+        table.record("jit_train_step", (*leaves, batch), str(n), False, float(n), 5 + n, True)
+    row = table.rows["jit_train_step"]
+    assert row.changes[-1] == "shape: arg 97 int32[8,32] -> int32[8,33]"
+    assert len(row.arguments) == MAX_ARGUMENTS  # what the report carries stays bounded
+
+
+def test_arguments_past_those_compared_are_compared_by_their_digest() -> None:
+    rest = (f"{ARGUMENTS_PAST}12 more arguments (digest 1)", f"{ARGUMENTS_PAST}12 more "
+            "arguments (digest 2)")  # fmt: skip
+    change = describe_change((F32_8, rest[0]), (F32_8, rest[1]), False)
+    assert change.startswith("argument: ") and "past 1" in change
+    assert describe_change((F32_8, rest[0]), (F32_9, rest[1]), False).startswith("shape: ")
+
+
+def test_the_arguments_kept_for_diffs_are_bounded_over_all_functions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recompiles, "MAX_COMPARED_TOTAL", 100)
+    table = FunctionTable()
+    table.record("first", (F32_8,) * 90, "a", False, 0.0, 0, True)
+    table.record("second", (F32_8,) * 90, "b", False, 0.0, 0, True)  # 10 left: keeps 32
+    assert len(table.rows["first"].compared) == 90
+    assert len(table.rows["second"].compared) == MAX_ARGUMENTS
+    table.record("first", (F32_9,) * 40, "c", False, 1.0, 0, True)  # gives 50 back
+    assert len(table.rows["first"].compared) == 40
 
 
 def test_table_counts_steady_recompiles_and_keeps_changes() -> None:

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any
 
 from xmon.agent import internals
-from xmon.findings.recompiles import MAX_ARGUMENTS, argument_text
+from xmon.findings.recompiles import ARGUMENTS_PAST, MAX_COMPARED, argument_text
 
 MAX_FRAMES = 64
 # jax functions through which user code calls a jitted function it built (jax 0.4.30 - 0.10):
@@ -56,11 +56,24 @@ def describe_compile(start: FrameType | None = None) -> tuple[tuple[str, ...], b
 
 
 def _arguments(avals: tuple[Any, ...], shardings: tuple[Any, ...]) -> tuple[str, ...]:
+    """Every argument's text up to ``MAX_COMPARED`` (a few microseconds each, on a compile of
+    milliseconds or more); the rest as one text with their digest, so that a change among
+    them is still seen as a change of an argument."""
     texts = []
-    for index, aval in enumerate(avals[:MAX_ARGUMENTS]):
+    for index, aval in enumerate(avals[:MAX_COMPARED]):
         sharding = shardings[index] if index < len(shardings) else None
         texts.append(_one(aval, sharding))
+    if len(avals) > MAX_COMPARED:
+        texts.append(_rest(avals[MAX_COMPARED:], shardings[MAX_COMPARED:]))
     return tuple(texts)
+
+
+def _rest(avals: tuple[Any, ...], shardings: tuple[Any, ...]) -> str:
+    try:  # abstract values and shardings are hashable (jax's own caches key on them)
+        digest = f"{hash((avals, shardings)) & (1 << 64) - 1:016x}"
+    except TypeError:
+        digest = "unknown"
+    return f"{ARGUMENTS_PAST}{len(avals)} more arguments (digest {digest})"
 
 
 def _one(aval: Any, sharding: Any) -> str:

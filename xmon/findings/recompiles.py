@@ -18,7 +18,13 @@ UNMARKED_WARMUP_SECONDS = 30.0  # without markers: a recompile this long after t
 MAX_FUNCTIONS = 1024  # functions the agent keeps a table row for
 MAX_REPORTED = 16  # functions sent in each report (the recompiled ones, worst first)
 MAX_CHANGES = 4
-MAX_ARGUMENTS = 32
+MAX_ARGUMENTS = 32  # arguments reported (the latest compile's first ones)
+# Arguments compared between two compiles of a function: all of a model's leaves (a 2-layer
+# model with Adam has ~90, the batch last; comparing only the first 32 called a changed batch
+# shape "static"). Past it the rest are compared by a digest (ARGUMENTS_PAST).
+MAX_COMPARED = 4096
+MAX_COMPARED_TOTAL = 1 << 18  # over all functions the agent keeps rows for (~2 MiB of refs)
+ARGUMENTS_PAST = "…"  # the text standing for the arguments past MAX_COMPARED, with their digest
 MAX_TEXT = 200
 STORM_WARNING = 3  # steady recompiles of one function that make a warning
 STORM_ERROR = 20
@@ -34,6 +40,9 @@ FIXES = {
     "NamedSharding), or set in_shardings on the jit.",
     "arguments": "Call the function with the same number and structure of arguments "
     "(the same pytree) every time.",
+    "argument": "An argument past the first 4,096 changes its shape, dtype or sharding "
+    "between calls: give each argument one shape, dtype and sharding every call (pad or "
+    "bucket changing shapes).",
     "static": "A static argument or a closed-over value changes the program: pass it as a "
     "traced argument, or keep its values to a few.",
     "function": "The jitted function is a new object each call (a closure, lambda or "
@@ -74,9 +83,12 @@ def describe_change(before: tuple[str, ...], after: tuple[str, ...], same_progra
     for index, (old, new) in enumerate(zip(before, after, strict=True)):
         if old == new:
             continue
+        if old.startswith(ARGUMENTS_PAST) or new.startswith(ARGUMENTS_PAST):
+            found.setdefault("argument", []).append(f"arguments past {index} ({new})")
+            continue
         kind = _first_difference(_split(old), _split(new))
         found.setdefault(kind, []).append(f"arg {index} {old} -> {new}")
-    for kind in ("shape", "dtype", "weak_type", "sharding"):
+    for kind in ("shape", "dtype", "weak_type", "sharding", "argument"):
         if kind in found:
             return f"{kind}: " + "; ".join(found[kind][:3])
     if not same_program:
@@ -107,7 +119,8 @@ class FunctionRow:
     last_compiled_at: float = 0.0
     compiles_total: int = 0
     steady_recompiles_total: int = 0
-    arguments: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()  # the latest compile's first MAX_ARGUMENTS (reported)
+    compared: tuple[str, ...] = ()  # all of them (up to MAX_COMPARED), for the next diff
     fingerprint: str = ""
     changes: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_CHANGES))
     jax_explanation: str = ""  # jax's own, for the latest compile (jax_explain_cache_misses)
@@ -120,6 +133,7 @@ class FunctionTable:
         self.rows: dict[str, FunctionRow] = {}
         self.steady_recompiles_total = 0
         self.eager_compiles_total = 0
+        self._compared_total = 0  # arguments kept for diffs over all rows
 
     def record(
         self,
@@ -139,7 +153,7 @@ class FunctionTable:
         recompile = row.compiles_total > 0
         if recompile:
             row.changes.append(
-                describe_change(row.arguments, arguments, fingerprint == row.fingerprint)
+                describe_change(row.compared, arguments, fingerprint == row.fingerprint)
             )
         age = now - row.first_compiled_at
         if is_steady(eager, recompile, steps_before, marked, age):
@@ -149,6 +163,10 @@ class FunctionTable:
         row.compiles_total += 1
         row.last_compiled_at = now
         row.arguments, row.fingerprint = arguments[:MAX_ARGUMENTS], fingerprint
+        self._compared_total -= len(row.compared)
+        room = max(MAX_COMPARED_TOTAL - self._compared_total, MAX_ARGUMENTS)
+        row.compared = arguments[:room]  # a table past its bound compares the first ones only
+        self._compared_total += len(row.compared)
 
     def explain(self, name: str, explanation: str) -> None:
         """jax's explanation of the compile of ``name`` just recorded ("" when it gave none)."""
