@@ -7,6 +7,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,15 +130,64 @@ def test_sysusers_creates_the_xmon_user(tmp_path: Path) -> None:
 # --- xmon install-service --------------------------------------------------------------------
 
 
+def _venv_with_xmon(python: str, where: Path) -> Path:
+    """A virtualenv made by ``python`` under ``where``, with an ``xmon`` script as pip would
+    write it (its shebang the venv's python); the script's path."""
+    subprocess.run([python, "-m", "venv", "--without-pip", str(where / "venv")], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    script = where / "venv" / "bin" / "xmon"
+    script.write_text(f"#!{where / 'venv' / 'bin' / 'python'}\nimport xmon.cli.main\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
+def outside_the_sandbox() -> Iterator[Path]:
+    """A directory the service's sandbox leaves visible (not under /home, /root or /tmp)."""
+    if not os.access("/opt", os.W_OK):
+        pytest.skip("needs a writable /opt: a directory the service's sandbox does not hide")
+    where = Path(tempfile.mkdtemp(prefix="xmon-test-", dir="/opt"))
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where)
+
+
+@pytest.fixture
+def system_venv_xmon(outside_the_sandbox: Path) -> Path:
+    """The install the refusal's hint names: a venv of the system's Python under /opt."""
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("no /usr/bin/python3")
+    return _venv_with_xmon("/usr/bin/python3", outside_the_sandbox)
+
+
 def install(*args: str, user: int | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "xmon", "install-service", *args], env=env,
                           capture_output=True, text=True, timeout=60, user=user)  # fmt: skip
 
 
+def test_a_venv_whose_python_lives_under_home_is_refused(outside_the_sandbox: Path) -> None:
+    """pyenv, uv and conda keep their Pythons under the home directory; a venv made with one
+    under /opt links its python there, and its standard library is there: the unit then
+    failed at boot with 203/EXEC while the dry run said all was well."""
+    base = Path(sys.base_prefix).resolve()
+    if not any(base.is_relative_to(d) for d in (Path("/home"), Path("/root"))):
+        pytest.skip(f"this Python ({base}) is not under a home directory")
+    from xmon.cli.install_service import InstallError, check_reachable
+
+    script = _venv_with_xmon(sys.executable, outside_the_sandbox)
+    with pytest.raises(InstallError, match=r"is under /home, /root, /run/user.*/usr/bin/python3"):
+        check_reachable(script)
+    result = install("--dry-run", "--exec", str(script))
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert str(base) in result.stderr or ".pyenv" in result.stderr, result.stderr
+
+
 @installable
-def test_dry_run_lists_every_step_and_writes_nothing() -> None:
-    result = install("--dry-run", "--exec", str(XMON))
+def test_dry_run_lists_every_step_and_writes_nothing(system_venv_xmon: Path) -> None:
+    """The install the refusal's hint names passes (a venv of the system's Python)."""
+    result = install("--dry-run", "--exec", str(system_venv_xmon))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:6] == [
@@ -148,13 +199,15 @@ def test_dry_run_lists_every_step_and_writes_nothing() -> None:
         "would run systemctl daemon-reload",
         "would run systemctl enable --now xmon.service",
     ]  # fmt: skip
-    assert f"ExecStart={XMON} daemon" in lines
+    assert f"ExecStart={system_venv_xmon} daemon" in lines
 
 
 @needs_analyze
 @installable
-def test_root_stages_a_verifiable_unit_and_keeps_the_config(tmp_path: Path) -> None:
-    result = install("--root", str(tmp_path), "--exec", str(XMON))
+def test_root_stages_a_verifiable_unit_and_keeps_the_config(
+    tmp_path: Path, system_venv_xmon: Path
+) -> None:
+    result = install("--root", str(tmp_path), "--exec", str(system_venv_xmon))
     assert result.returncode == 0, result.stderr
     staged = tmp_path / "etc/systemd/system/xmon.service"
     assert analyze("verify", str(staged)).returncode == 0
@@ -162,7 +215,7 @@ def test_root_stages_a_verifiable_unit_and_keeps_the_config(tmp_path: Path) -> N
     config = tmp_path / "etc/xmon/xmon.toml"
     assert config.read_text() == (REPO / "systemd" / "xmon.toml.example").read_text()
     config.write_text("period_seconds = 5.0\n")  # an operator's edit survives a reinstall
-    again = install("--root", str(tmp_path), "--exec", str(XMON))
+    again = install("--root", str(tmp_path), "--exec", str(system_venv_xmon))
     assert f"keep existing {config}" in again.stdout
     assert config.read_text() == "period_seconds = 5.0\n"
 
@@ -217,8 +270,8 @@ def test_not_root_is_a_clear_error() -> None:
 
 
 @installable
-def test_not_booted_with_systemd_is_a_clear_error() -> None:
+def test_not_booted_with_systemd_is_a_clear_error(system_venv_xmon: Path) -> None:
     if Path("/run/systemd/system").is_dir() or os.geteuid() != 0:
         pytest.skip("only meaningful as root on a host without systemd as PID 1")
-    result = install("--exec", str(XMON))
+    result = install("--exec", str(system_venv_xmon))
     assert result.returncode == 1 and "systemd is not running" in result.stderr

@@ -86,19 +86,47 @@ def _interpreter(executable: Path) -> Path | None:
     return Path(first[2:].split()[0]) if first.startswith("#!") and first[2:].split() else None
 
 
+def _venv_home(interpreter: Path) -> Path | None:
+    """The base installation a virtualenv's interpreter runs from (``home`` in its
+    ``pyvenv.cfg``): its standard library and libpython are there, not in the venv."""
+    try:
+        text = (interpreter.parent.parent / "pyvenv.cfg").read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            return Path(value.strip())
+    return None
+
+
+def _needed_paths(executable: Path) -> list[Path]:
+    """Every path the service needs to start this xmon: the script, its interpreter and
+    where the interpreter's links lead (a venv's python is a link to the python it was made
+    with: pyenv, uv and conda keep theirs under the home directory), the base installation
+    a venv runs from, and the package."""
+    paths = [executable]
+    interpreter = _interpreter(executable)
+    if interpreter is not None:
+        paths += [interpreter, interpreter.resolve()]
+        home = _venv_home(interpreter)
+        if home is not None:
+            paths += [home, home.resolve()]
+    return [*paths, Path(xmon.__file__).resolve()]
+
+
 def check_reachable(executable: Path) -> None:
     """Refuse an xmon the sandbox would hide (ProtectHome=yes) or that is not executable."""
     if not executable.is_absolute() or not os.access(executable, os.X_OK):
         raise InstallError(f"{executable} is not an executable file (pass --exec PATH)")
-    package = Path(xmon.__file__).resolve()
-    paths = list(filter(None, (executable, _interpreter(executable), package)))
+    paths = _needed_paths(executable)
     for hidden, setting in ((HIDDEN, "ProtectHome=yes"), (PRIVATE_TMP, "PrivateTmp=yes")):
         for path in paths:
             if any(path.is_relative_to(h) for h in hidden):
                 raise InstallError(
                     f"{path} is under {', '.join(map(str, hidden))}, which the service cannot "
-                    f"see ({setting}): install xmon elsewhere, e.g. "
-                    "python3 -m venv /opt/xmon && /opt/xmon/bin/pip install xmon"
+                    f"see ({setting}): install xmon with the system's Python elsewhere, e.g. "
+                    "/usr/bin/python3 -m venv /opt/xmon && /opt/xmon/bin/pip install xmon"
                 )
 
 
