@@ -188,7 +188,8 @@ BAD = [
     ("file-empty-socket", 'socket_path = ""', {}, {},
      'config {path}: socket_path must be a non-empty string, got ""'),
     ("file-unknown-key", "perod_seconds = 1", {}, {},
-     'config {path}: unknown key "perod_seconds"; valid keys: agent_timeout_seconds, '
+     'config {path}: unknown key "perod_seconds" (did you mean "period_seconds"?); valid keys: '
+     "agent_timeout_seconds, "
      "collectors, hello_timeout_seconds, host, listen_host, listen_port, log_level, logdir, "
      "max_agents, max_connections, max_devices_per_job, max_inflight_bytes, max_job_bytes, "
      "max_message_bytes, max_pending_hellos, max_programs_per_job, max_state_bytes, "
@@ -205,6 +206,9 @@ BAD = [
     ("file-peak-key", "[peaks.cpu]\nflops = 1", {}, {},
      "config {path}: peaks.cpu.flops is unknown; valid keys: flops_per_second, memory_bytes, "
      "memory_bytes_per_second"),
+    ("file-peak-key-typo", "[peaks.cpu]\nflops_per_secnd = 1", {}, {},
+     'config {path}: peaks.cpu.flops_per_secnd is unknown (did you mean "flops_per_second"?); '
+     "valid keys: flops_per_second, memory_bytes, memory_bytes_per_second"),
     ("file-peak-negative", "[peaks.cpu]\nflops_per_second = -1", {}, {},
      "config {path}: peaks.cpu.flops_per_second must be a positive number, got -1"),
     ("file-peaks-not-table", "peaks = 3", {}, {},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,6 +152,7 @@ def test_host_table_and_environment_in_config(tmp_path: Path) -> None:
     [
         ("[host]\nworker = -1\n", {}, "host.worker must be an integer between 0"),
         ("[host]\nrack = 1\n", {}, "host.rack is unknown; valid keys: slice,"),
+        ("[host]\nworkers = 1\n", {}, 'host.workers is unknown (did you mean "worker"?)'),
         ('[host]\nmetadata = "yes"\n', {}, 'host.metadata must be true, false or "auto"'),
         ('host = "a"\n', {}, "host must be a table"),
         ("", {"XMON_WORKER": "two"}, "environment XMON_WORKER: must be a non-negative integer"),
@@ -159,7 +161,7 @@ def test_host_table_and_environment_in_config(tmp_path: Path) -> None:
 def test_bad_host_settings_are_named(tmp_path: Path, text: str, env: dict, message: str) -> None:
     path = tmp_path / "xmon.toml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         load_config({}, env, path)
 
 

@@ -68,7 +68,11 @@ def check_profiling(value: Any) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for key, raw in value.items():
         if key not in KEYS:
-            raise ValueError(f"{key} is unknown; valid keys: {', '.join(KEYS)}")
+            # xmon.config imports this module: its helper is imported only when needed
+            from xmon.config.errors import did_you_mean
+
+            hint = did_you_mean(key, KEYS)
+            raise ValueError(f"{key} is unknown{hint}; valid keys: {', '.join(KEYS)}")
         clean[key] = _check(key, raw)
     return clean
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from xmon.cli import flags
+from xmon.config.errors import did_you_mean
 from xmon.model import Snapshot
 from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches
 
@@ -118,7 +119,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
     unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
         raise MonitorConfigError(
-            f"{path}: unknown key {unknown[0]!r} (known: {', '.join(CONFIG_KEYS)})"
+            f"{path}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], CONFIG_KEYS)} "
+            f"(known: {', '.join(CONFIG_KEYS)})"
         )
     return data
 

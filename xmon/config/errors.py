@@ -6,7 +6,9 @@ read the value turns it into a :class:`ConfigError` that also names the source.
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -34,3 +36,9 @@ def config_error(where: str, key: str, problem: Problem) -> ConfigError:
     """The error for ``problem`` in ``key`` (and its subkey) of the source ``where``."""
     subject = ".".join(part for part in (key, problem.subkey) if part)
     return ConfigError(f"{where}: {subject} {problem}" if subject else f"{where}: {problem}")
+
+
+def did_you_mean(key: object, valid: Iterable[str]) -> str:
+    """`` (did you mean "period_seconds"?)`` for a misspelt key, "" when nothing is close."""
+    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.7)
+    return f" (did you mean {show(close[0])}?)" if close else ""

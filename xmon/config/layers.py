@@ -14,7 +14,7 @@ from typing import Any
 
 from xmon import paths
 from xmon.config import tables, values
-from xmon.config.errors import ConfigError, Problem, config_error, show
+from xmon.config.errors import ConfigError, Problem, config_error, did_you_mean, show
 from xmon.config.settings import DaemonConfig
 from xmon.config.toml_file import read_toml
 from xmon.config.values import PERIOD_RANGE, Validator
@@ -112,7 +112,10 @@ def _file_layer(path: Path, where: str) -> dict[str, Any]:
     for key, raw in data.items():
         if key not in _FILE_KEYS:
             valid = ", ".join(sorted(_FILE_KEYS))
-            raise ConfigError(f"config {path}: unknown key {show(key)}; valid keys: {valid}")
+            raise ConfigError(
+                f"config {path}: unknown key {show(key)}{did_you_mean(key, _FILE_KEYS)}; "
+                f"valid keys: {valid}"
+            )
         try:
             layer[key] = _FILE_KEYS[key](raw, False)
         except Problem as problem:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from xmon.config.errors import Problem, show
+from xmon.config.errors import Problem, did_you_mean, show
 from xmon.config.values import int_in, non_empty_text, to_number
 from xmon.profiling_config import check_profiling
 
@@ -43,7 +43,8 @@ def host(value: Any, from_text: bool) -> dict[str, Any]:
                     raise Problem(f'must be true, false or "auto", got {show(raw)}')
                 clean[key] = raw
             else:
-                raise Problem(f"is unknown; valid keys: {valid}")
+                known = (*HOST_TEXT_KEYS, *HOST_INT_KEYS, "metadata")
+                raise Problem(f"is unknown{did_you_mean(key, known)}; valid keys: {valid}")
         except Problem as problem:
             raise Problem(str(problem), key) from None
     return clean
@@ -68,7 +69,10 @@ def _peak_entry(kind: str, entry: Any) -> dict[str, float]:
     clean: dict[str, float] = {}
     for key, raw in entry.items():
         if key not in PEAK_KEYS:
-            raise Problem(f"is unknown; valid keys: {', '.join(PEAK_KEYS)}", f"{kind}.{key}")
+            raise Problem(
+                f"is unknown{did_you_mean(key, PEAK_KEYS)}; valid keys: {', '.join(PEAK_KEYS)}",
+                f"{kind}.{key}",
+            )
         number = to_number(raw, False)
         if number is None or number <= 0:
             raise Problem(f"must be a positive number, got {show(raw)}", f"{kind}.{key}")
