@@ -38,7 +38,7 @@ REFUSAL_BOUNDS = (
     "pid_claims",  # hellos claiming a pid whose process holds no connection (verify_pids)
     "subscribers",  # views past max_subscribers, or cut off after subscriber_stall_seconds
     "snapshot_programs",  # programs left out of a view's snapshot so that it fits a message
-    "ledger_bytes",  # execution samples dropped while 64 MiB of samples were being read
+    "ledger_bytes",  # execution samples dropped while 32 MiB of samples waited or were read
     "ledger_waiting",  # execution samples dropped while 32 waited to be read (half a core)
     "sample_numbers",  # execution samples with numbers no profiler session gives
     "xspace_bytes",  # execution samples or capture traces over their bytes bound

@@ -40,7 +40,9 @@ from xmon.proto import xmon_pb2
 log = logging.getLogger("xmon.daemon")
 
 MAX_SAMPLE_SECONDS = 60.0
-MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
+# Of samples waiting or being read: one at a time is read, so this is what waits (a real
+# sample is 0.1-2 MiB; a 15 MiB one is a flood's).
+MAX_INFLIGHT_BYTES = 32 * 1024 * 1024
 MAX_WAITING = 32  # samples waiting for the reader over all jobs (a ~0.1 s read each: ~6 s)
 READING_SHARE = 0.5  # of one core: after a read of t seconds the reader rests t
 
