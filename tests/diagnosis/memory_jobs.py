@@ -88,3 +88,34 @@ while running():
     time.sleep(0.05)
 """
 )
+
+# A copy of the params kept every step (64 leaves, 4 MiB): many arrays, growing fast, as the
+# job of a user who keeps a history of params for an EMA or a debug dump.
+PARAMS_LEAK = (
+    HEADER
+    + r"""
+import json
+TRUTH = os.environ["JOB_TRUTH"]
+
+params = {f"w{i}": jnp.full((128, 128), 0.01 * i, jnp.float32) for i in range(64)}
+
+@jax.jit
+def train_step(params):
+    return jax.tree.map(lambda w: w * 0.999 + 0.001, params)
+
+kept = []
+steps, started = 0, time.monotonic()
+while running():
+    with xmon.step():
+        params = train_step(params)
+        jax.block_until_ready(params)
+        kept.append(jax.tree.map(lambda w: w + 0.0, params))
+    steps += 1
+    if steps % 20 == 0:
+        with open(TRUTH + ".tmp", "w") as f:
+            json.dump({"steps": steps, "seconds": time.monotonic() - started,
+                       "bytes_per_step": sum(w.nbytes for w in params.values())}, f)
+        os.replace(TRUTH + ".tmp", TRUTH)
+    time.sleep(0.15)
+"""
+)

@@ -31,7 +31,8 @@ MIB = 1 << 20
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobSuite]:
     root = tmp_path_factory.mktemp("memory")
-    jobs = {"oom": scripts.OOM_CAUGHT, "oomdies": scripts.OOM_UNCAUGHT, "leak": scripts.LEAK}
+    jobs = {"oom": scripts.OOM_CAUGHT, "oomdies": scripts.OOM_UNCAUGHT, "leak": scripts.LEAK,
+            "paramleak": scripts.PARAMS_LEAK}  # fmt: skip
     with job_suite(root, jobs, FINDING_SECONDS) as running:
         yield running
 
@@ -128,6 +129,17 @@ def test_a_leak_is_fitted_at_the_job_s_own_bytes_per_step(suite: JobSuite) -> No
     projected = (limit - latest) / slope
     assert finding.value == pytest.approx(projected, rel=0.1)
     assert f"{finding.value:.0f}" == evidence["seconds to out of memory"]
+
+
+def test_a_copy_of_the_params_kept_every_step_is_a_leak_at_its_rate(suite: JobSuite) -> None:
+    """4 MiB kept every step in 64 arrays: the device reading (a paced walk of every live
+    array) or the process's resident memory shows it, at the job's own rate."""
+    _, finding = suite.finding("paramleak", "memory_leak")
+    truth = json.loads((suite.root / "paramleak.truth").read_text())
+    assert truth["bytes_per_step"] == 64 * 128 * 128 * 4
+    expected = truth["bytes_per_step"] * truth["steps"] / truth["seconds"]
+    slope = _parse_bytes(_evidence(finding)["growth per second"])
+    assert expected * 0.75 <= slope <= expected * 1.25, (slope, expected, finding.evidence)
 
 
 def _parse_bytes(text: str) -> float:

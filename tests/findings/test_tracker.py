@@ -126,3 +126,49 @@ def test_a_paced_cpu_reading_is_placed_when_it_was_read_and_counted_once() -> No
     limit = host.memory_available_bytes + last
     assert found.value == pytest.approx((limit - last) / growth, rel=0.02)
     assert dict(found.evidence)["window"] == "10 readings over 180 s"  # one per reading
+
+
+def test_a_leak_the_device_readings_miss_is_found_in_the_resident_memory() -> None:
+    """A job keeping a copy of its params every step: its live arrays take ever longer to walk,
+    so the device reading stays where it was (1 GB) while the process grows 50 MiB a second.
+    The process's resident memory at the same step boundaries shows it, within a minute."""
+    from xmon.model import HostSample, ProcessSample
+
+    mib, growth = 1 << 20, 50 * (1 << 20)
+    clock = Clock()
+    start = clock.now
+    tracker = FindingsTracker(clock, wall=clock)
+    host = HostSample("h", 2, 0.1, 64 << 30, 32 << 30, 2 << 30)
+    memory = DeviceMemory(live_array_bytes=1000 * mib, live_array_read_at=start)
+    device = JobDevice(DeviceInfo(0, "cpu", "cpu"), memory, 0.9)
+    found, found_at = None, None
+    for second in range(1, 61):
+        clock.now = start + second
+        resident = 3300 * mib + growth * second
+        process = ProcessSample(1.0, float(second), resident)
+        stepping = replace(job(10 * second), devices=(device,), process=process)
+        (annotated,) = tracker.annotate((stepping,), {}, host)
+        leak = next((f for f in annotated.findings if f.kind == "memory_leak"), None)
+        if leak is not None and found is None:
+            found, found_at = leak, second
+    assert found is not None and found_at is not None and found_at <= 60
+    evidence = dict(found.evidence)
+    assert "resident memory grows 50.0 MiB/s" in found.summary
+    assert evidence["growth per second"] == "50.0 MiB"
+    last = 3300 * mib + growth * found_at
+    assert found.value == pytest.approx(host.memory_available_bytes / growth, rel=0.02)
+    assert evidence["first / latest resident memory"].endswith(f"{last / (1 << 30):.1f} GiB")
+
+
+def test_resident_memory_of_a_steady_job_is_no_leak() -> None:
+    from xmon.model import HostSample, ProcessSample
+
+    clock = Clock()
+    tracker = FindingsTracker(clock, wall=clock)
+    host = HostSample("h", 2, 0.1, 64 << 30, 32 << 30, 2 << 30)
+    for second in range(1, 121):  # the allocator's own ups and downs, no trend
+        clock.now += 1
+        resident = (3300 << 20) + (second % 7) * (3 << 20)
+        process = ProcessSample(1.0, float(second), resident)
+        (annotated,) = tracker.annotate((replace(job(10 * second), process=process),), {}, host)
+        assert "memory_leak" not in kinds((annotated,)), annotated.findings

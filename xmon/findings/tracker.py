@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xmon.findings.host_bound import detect_host_bound, waits_for_cpu
-from xmon.findings.memory import detect_leak, in_use_bytes, limit_bytes, read_at
+from xmon.findings.memory import RESIDENT, detect_leak, in_use_bytes, limit_bytes, read_at
 from xmon.findings.oom import OomEvent, detect_oom
 from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
@@ -49,6 +49,10 @@ class _History:
     compile_changed_at: float
     steps_seen: int = 0  # steps that arrived while this daemon watched
     readings: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=MEMORY_READINGS)
+    )
+    # the process's resident memory at the same step boundaries (the host collector's)
+    resident: deque[tuple[float, float]] = field(
         default_factory=lambda: deque(maxlen=MEMORY_READINGS)
     )
     since: dict[tuple[str, str | None], float] = field(default_factory=dict)
@@ -118,7 +122,10 @@ class FindingsTracker:
         )
         if self._steady(history, now):
             found.append(detect_host_bound(job, 0.0, _starved(history)))
-            found.append(detect_leak(tuple(history.readings), job, host, 0.0))
+            leak = detect_leak(tuple(history.readings), job, host, 0.0)
+            if leak is None:  # device readings paced too rarely, or a leak of host memory
+                leak = detect_leak(tuple(history.resident), job, host, 0.0, RESIDENT)
+            found.append(leak)
         found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
         found.extend(detect_setup(job, now - history.first_seen, 0.0))
         return worst_first(self._dated([f for f in found if f is not None], history))
@@ -138,6 +145,9 @@ class FindingsTracker:
             at = now if read_wall is None else now - max(0.0, self._wall() - read_wall)
             if used is not None and (not history.readings or at > history.readings[-1][0]):
                 history.readings.append((at, float(used)))
+            resident = job.process.resident_memory_bytes if job.process is not None else None
+            if resident is not None:
+                history.resident.append((now, float(resident)))
         if compiles != history.compiles_total:
             history.compiles_total, history.compile_changed_at = compiles, now
         process = job.process
