@@ -145,11 +145,14 @@ def test_capture_replies_become_one_line() -> None:
     ("refresh", "trace", "tty", "message"),
     [(1.0, 3.0, True, None), (0.0, 3.0, True, "--refresh must be 0.05-60 seconds, got 0"),
      (1.0, 0.0, True, "--trace-seconds must be 0.1-600, got 0"),
-     (1.0, 3.0, False, "needs a terminal; for machine-readable output use `xmon monitor`")],
+     (1.0, 3.0, False, "needs a terminal; `xmon top --once` prints one frame as text, "
+                       "`xmon monitor` streams JSON")],
 )  # fmt: skip
 def test_cli_arguments(refresh: float, trace: float, tty: bool, message: str | None) -> None:
-    args = argparse.Namespace(refresh=refresh, trace_seconds=trace)
+    args = argparse.Namespace(refresh=refresh, trace_seconds=trace, once=False)
     assert top_cli.problem(args, tty) == message
+    once = argparse.Namespace(refresh=refresh, trace_seconds=trace, once=True)
+    assert top_cli.problem(once, False) == top_cli.problem(args, True)  # --once: no terminal
 
 
 def test_mfu_undeclared_is_a_dash_and_marks_qualify_numbers() -> None:

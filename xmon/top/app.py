@@ -30,6 +30,7 @@ from xmon.top.help import CAPTURE_UNAVAILABLE, CaptureUnavailable, HelpScreen, d
 from xmon.top.history import History
 from xmon.top.layout import SORTED_TABLE, VIEWS
 from xmon.top.memory import MemoryTree, memory_summary
+from xmon.top.once import matching_jobs
 from xmon.top.tables import SortableTable, compile_items, program_items
 from xmon.top.viewmodel import device_rows, jobs_in_scope
 
@@ -54,8 +55,10 @@ class XmonTop(App[None]):
         capture: Capture | None = None,
         refresh_seconds: float = 1.0,
         capture_seconds: float = 3.0,
+        job: str | None = None,
     ) -> None:
         super().__init__()
+        self.wanted_job = job  # --job: its tab is chosen once a snapshot holds it
         self.animation_level = "none"  # a monitor over SSH: repaint what changed, nothing more
         self.feed = FeedThread(source, self.post_message_from_feed)
         self.capture_call = capture
@@ -108,6 +111,10 @@ class XmonTop(App[None]):
             return
         self.snapshot = snapshot
         self.history.add(snapshot)
+        if self.wanted_job is not None:
+            found = matching_jobs(snapshot, self.wanted_job)
+            if found:
+                self.tab_pid, self.wanted_job = found[0].pid, None
         if self.tab_pid is not None and all(j.pid != self.tab_pid for j in snapshot.jobs):
             self.tab_pid = None  # the job went away: back to "all"
         self.render_all()
@@ -302,8 +309,13 @@ class XmonTop(App[None]):
         self.call_from_thread(self._capture_done, progress, message, severity)
 
 
-def run_top(socket_path: Path | None, refresh_seconds: float, trace_seconds: float = 3.0) -> int:
+def run_top(
+    socket_path: Path | None,
+    refresh_seconds: float,
+    trace_seconds: float = 3.0,
+    job: str | None = None,
+) -> int:
     source = DaemonSource(socket_path)
     capture = daemon_capture(socket_path, trace_seconds)
-    XmonTop(source, capture, refresh_seconds, capture_seconds=trace_seconds).run()
+    XmonTop(source, capture, refresh_seconds, capture_seconds=trace_seconds, job=job).run()
     return 0
