@@ -29,7 +29,9 @@ def _ignore_sigint() -> None:
 def start_demo(
     tmp_path: Path, prefix: tuple[str, ...] = (), preexec: Callable[[], None] | None = None
 ) -> subprocess.Popen[bytes]:
-    env = base_env(XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_STATE_HOME=str(tmp_path / "st"))
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = base_env(XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_STATE_HOME=str(tmp_path / "st"),
+                   TMPDIR=str(tmp_path / "tmp"))  # fmt: skip
     command_line = [*prefix, sys.executable, "-m", "xmon", "demo"]
     command_line += ["--listen", f"127.0.0.1:{free_port()}"]
     log = open(tmp_path / "demo.log", "wb")  # noqa: SIM115 - owned by the child
@@ -75,7 +77,11 @@ def test_children_die_with_the_demo(tmp_path: Path, sig: signal.Signals) -> None
     code = demo.wait(30)
     assert_all_gone(children)
     assert code in (-sig, 128 + sig), code
-    assert "Traceback" not in (tmp_path / "demo.log").read_text()
+    log = (tmp_path / "demo.log").read_text()
+    assert "Traceback" not in log
+    if sig != signal.SIGKILL:  # what it leaves behind, it says where; the rest goes
+        left = list((tmp_path / "tmp").glob("xmon-demo-*"))
+        assert not left or f"its TensorBoard logs stay in {left[0]}" in log, (left, log[-500:])
 
 
 def test_children_die_when_timeout_expires(tmp_path: Path) -> None:

@@ -136,6 +136,21 @@ def _run(args: argparse.Namespace) -> int:
         # The job first, so its last report reaches a daemon that is still there.
         children.stop(job)
         children.stop(daemon)
+        _leave(workdir, Path(env["XMON_LOGDIR"]))
+
+
+def _leave(workdir: Path, logdir: Path) -> None:
+    """The demo's TensorBoard logs stay for a look, and it says where; else the directory it
+    made goes (nothing in it is anyone else's: mkdtemp made it for this run)."""
+    try:
+        kept = logdir.is_relative_to(workdir) and any(logdir.iterdir())
+    except OSError:
+        kept = False
+    if kept:
+        print(f"xmon demo: its TensorBoard logs stay in {logdir} (tensorboard --logdir "
+              f"{logdir}); remove them with: rm -r {workdir}", file=sys.stderr)  # fmt: skip
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _wait_forever(daemon: subprocess.Popen[bytes], job: subprocess.Popen[bytes]) -> int:
