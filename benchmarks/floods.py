@@ -300,7 +300,7 @@ def tensorboard_devices(daemon: Daemon, sizes: Sizes) -> Iterator[str]:
         seq = 0
         while not stop.is_set():
             seq += 1
-            yield report(memory_devices=count, seq=seq)
+            yield from in_part_frames(report(memory_devices=count, seq=seq))  # as an agent
             stop.wait(1.0)
 
     stream = RawStream(daemon.socket_path, frames())
