@@ -168,6 +168,12 @@ def test_setup() -> None:
     with_hfu = Utilization(peak_flops_per_second=1e12, hardware_flops_utilization_ratio=0.3)
     (shown,) = detect_setup(job(utilization=with_hfu), 100.0, 1.0)
     assert shown.summary.endswith("(HFU is shown)")
+    # a job run with no code change: inferred steps, and it is told why MFU and HFU are absent
+    inferred = StepStats(inferred=True, inferred_from="jit_step", steps_per_second=7.6)
+    assert kinds(detect_setup(job(steps=inferred), 100.0, 1.0)) == {"no_peak"}
+    assert kinds(detect_setup(job(steps=inferred, utilization=peak), 100.0, 1.0)) == {
+        "no_model_flops"
+    }
     cold = CompileStats(cache_requests_total=30, cache_misses_total=30)
     assert "cache_never_hits" in kinds(detect_setup(job(compile=cold), 100.0, 1.0))
     assert all(f.severity == "info" for f in detect_setup(job(compile=cold), 100.0, 1.0))

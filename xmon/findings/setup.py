@@ -46,9 +46,14 @@ def _no_steps(job: Job, age_seconds: float, since: float) -> Finding | None:
     )
 
 
+def _stepping(job: Job) -> bool:
+    """Steps marked, or inferred (a job run with no code change): MFU and HFU are per step."""
+    return bool(job.steps.steps_total or job.steps.inferred)
+
+
 def _no_peak(job: Job, since: float) -> Finding | None:
     u = job.utilization
-    if not job.steps.steps_total or u.peak_flops_per_second is not None:
+    if not _stepping(job) or u.peak_flops_per_second is not None:
         return None
     kinds = sorted({d.info.device_kind for d in job.devices}) or ["unknown"]
     return Finding(
@@ -64,7 +69,7 @@ def _no_peak(job: Job, since: float) -> Finding | None:
 
 def _no_model_flops(job: Job, since: float) -> Finding | None:
     steps = job.steps
-    if not steps.steps_total or steps.model_flops_per_step is not None:
+    if not _stepping(job) or steps.model_flops_per_step is not None:
         return None
     if job.utilization.peak_flops_per_second is None:
         return None  # no_peak says more
