@@ -5,7 +5,7 @@ shipped rules, and ``xmon fleet`` reading that Prometheus.
 
 In order, on one running job: five minutes with no fault (no fleet alert fires, the fleet view
 sees no trouble), a slow host loop in process 1 (the rules and the view name process 1 within
-60 s, with the whole 50 ms it sleeps a step as its excess, and keep naming it for five
+60 s, with its host time over the other process's as its excess, and keep naming it for five
 minutes), then process 1 deadlocked in its host loop (the hang rule and the view name process
 1 within 60 s, though both processes stop stepping together). Two processes are the case a
 median gets wrong: it is their midpoint, so a straggler measured against it shows half its gap.
@@ -235,8 +235,10 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
         f"(was {_process(before, SLOW_PROCESS)['host_seconds']:.3f}), step "
         f"{verdict['step_seconds']:.3f} (was {before['step_seconds']:.3f})"
     )
-    # The whole gap, and no flicker: checked every 10 s while the fault lasts. The gap the
-    # job makes is its sleep (the other process's host loop is the same code without it).
+    # The whole gap, and no flicker: checked every 10 s while the fault lasts. The gap is
+    # between the two processes' host seconds per step (against their median, the midpoint,
+    # half of it was shown). It is less than the sleep: on CPU part of the other process's
+    # wait in the all-reduce is outside any device op, so it counts as its host time.
     excesses, fired = [], False
     deadline = time.monotonic() + STRAGGLING_SECONDS
     while time.monotonic() < deadline:
@@ -244,6 +246,9 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
         code, verdicts = running.fleet_view()
         straggler = verdicts[0]["straggler"]
         assert code == 1 and straggler and straggler["process_index"] == SLOW_PROCESS, verdicts
+        hosts = {p["process_index"]: p["host_seconds"] for p in verdicts[0]["processes"]}
+        gap = hosts[SLOW_PROCESS] - max(h for i, h in hosts.items() if i != SLOW_PROCESS)
+        assert straggler["excess_seconds"] == pytest.approx(gap, rel=0.1), (straggler, hosts)
         excesses.append(straggler["excess_seconds"])
         firing = [a["process_index"] for a in running.alerts("firing")
                   if a["alertname"] == "XmonFleetStraggler"]  # fmt: skip
@@ -251,7 +256,7 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
         fired = bool(firing)  # pending for its first 5 minutes, then firing throughout
         time.sleep(10)
     shown = sorted(excesses)[len(excesses) // 2]
-    assert shown == pytest.approx(SLOW_SECONDS, rel=0.1), excesses
+    assert 0.4 * SLOW_SECONDS <= shown <= 1.1 * SLOW_SECONDS, excesses  # most of the sleep
     running.notes.append(f"straggler excess {min(excesses):.4f}-{max(excesses):.4f} s/step "
                          f"(median {shown:.4f}) over {len(excesses)} views")  # fmt: skip
     running.fault()
