@@ -130,6 +130,17 @@ def test_a_step_splits_into_compute_collective_and_host_time() -> None:
     assert step_breakdown({}, {}, 10.0) is None
 
 
+def test_a_step_on_one_device_is_split_over_that_device_only() -> None:
+    """A step running on one of 4 devices, the others idle (or a rare program on one): the
+    split follows the device the step uses, not the mean with the idle ones."""
+    split = step_breakdown({0: 0.8, 1: 0.0, 2: 0.01, 3: 0.0}, {}, steps_per_second=10.0)
+    assert split is not None
+    assert split.compute_seconds == pytest.approx(0.08)
+    assert split.host_seconds == pytest.approx(0.02)
+    idle = step_breakdown({0: 0.0, 1: 0.0}, {}, steps_per_second=10.0)
+    assert idle is not None and idle.host_seconds == pytest.approx(0.1)
+
+
 def test_one_sample_of_a_descheduled_process_does_not_move_the_median_ratios() -> None:
     def sample(busy: float, collective: float) -> SampleReading:
         return SampleReading(0.0, 0.2, 0.2, {}, None, True, None, {0: busy * 0.2}, {}, {},
