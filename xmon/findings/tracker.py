@@ -121,7 +121,7 @@ class FindingsTracker:
             )
         )
         if self._steady(history, now):
-            found.append(detect_host_bound(job, 0.0, _starved(history)))
+            found.append(detect_host_bound(job, 0.0, _starved(history), host))
             leak = detect_leak(tuple(history.readings), job, host, 0.0)
             if leak is None:  # device readings paced too rarely, or a leak of host memory
                 leak = detect_leak(tuple(history.resident), job, host, 0.0, RESIDENT)
