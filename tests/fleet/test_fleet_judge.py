@@ -117,3 +117,27 @@ def test_the_text_marks_the_straggler_and_where_the_hang_began() -> None:
     assert "hung: stopped first at process 3" in text
     assert "STALLED in host <- stopped first" in text
     assert render_text([]) == "no multi-process job reports to this Prometheus"
+
+
+def test_a_watch_keeps_its_straggler_named_near_the_threshold() -> None:
+    """``xmon fleet --watch`` hands each judgement the last one's straggler: a lag that
+    hovers just under the threshold after it was named stays named, with no flicker."""
+    import argparse
+
+    from xmon.cli.fleet import verdicts
+
+    class Source:
+        def __init__(self, lag_ratio: float) -> None:
+            self.lag = lag_ratio
+
+        def readings(self, selector: str) -> list[ProcessReading]:
+            step = 1 / 20.0
+            return [reading(0, 0.004), reading(1, 0.004 + self.lag * step)]
+
+    args = argparse.Namespace(selector="", all=False, job=None)
+    over, near = Source(1.2 * STRAGGLER_MIN_RATIO), Source(0.9 * STRAGGLER_MIN_RATIO)
+    first = verdicts(over, args)  # type: ignore[arg-type]
+    assert first[0].straggler is not None and first[0].straggler.process_index == 1
+    kept = verdicts(near, args, first)  # type: ignore[arg-type]
+    assert kept[0].straggler is not None and kept[0].straggler.process_index == 1
+    assert verdicts(near, args)[0].straggler is None  # judged afresh: under the threshold
