@@ -313,6 +313,27 @@ def stepped_reading(executions: int, steps: float, whole_periods: bool = True) -
     )  # fmt: skip
 
 
+def unmarked_reading(dominant: int, executions: int, seconds: float) -> SampleReading:
+    """A 1 s sample of a job that marks no steps, its busiest program ``dominant``."""
+    return SampleReading(
+        started_at=0.0, duration_seconds=1.0, core_seconds=1.0, executions={dominant: executions},
+        dominant=dominant, steps_marked=False, steps_in_core=float(executions),
+        device_busy_seconds={0: seconds}, program_device_seconds={dominant: seconds},
+        program_device_runs={dominant: executions}, whole_periods=True,
+    )  # fmt: skip
+
+
+def test_inferred_steps_are_the_runs_of_the_window_s_busiest_program() -> None:
+    """A job with no markers: its first sample saw 849 small data-loading programs a second
+    (busiest then), the rest its train step at 7.6 a second. Each sample's steps were its own
+    busiest program's runs: the rate was ~100x the job's until that sample left the window."""
+    first = unmarked_reading(dominant=3, executions=849, seconds=0.3)
+    steady = [unmarked_reading(dominant=7, executions=8, seconds=0.8) for _ in range(3)]
+    rates = ledger_rates([first, *steady])
+    assert rates.steps_per_second == pytest.approx(8.0)
+    assert rates.executions_per_step[7] == pytest.approx(1.0)
+
+
 def test_markers_running_ahead_in_bursts_pool_to_one_execution_a_step() -> None:
     # Measured under load: the host's markers ran ahead of the device in one sample (0.87) and
     # the device caught up in the next (1.16). Three samples in five ran ahead: their median

@@ -148,6 +148,13 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
         # Samples taken before the job's first marked steps (start-up: random init, data
         # loading) would count their busiest program's runs as steps.
         stepped = [s for s in stepped if s.steps_marked]
+    else:
+        # Inferred steps are the runs of one program, the one that used the most device time
+        # over the window (the one the job is told they are inferred from). A sample whose
+        # busiest program was another (start-up, a burst of small data-loading programs, an
+        # eval) counted that program's runs as steps: ~100x the job's rate in its first minute.
+        main = window_dominant(stepped)
+        stepped = [s for s in stepped if s.dominant == main]
     # A sample without whole periods of its dominant program holds no rate to compare (one
     # where the first marked steps came at its very end showed 1 execution for 102 steps);
     # only when no sample has whole periods (steps longer than a sample) are they used.
@@ -183,6 +190,15 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
             counts[program] += n
     stepped_core = sum(s.core_seconds for s in stepped)
     return {p: n / steps for p, n in counts.items()}, steps, stepped_core
+
+
+def window_dominant(samples: Sequence[SampleReading]) -> int | None:
+    """The program that used the most device time over ``samples``, all devices together."""
+    seconds: defaultdict[int, float] = defaultdict(float)
+    for sample in samples:
+        for program, spent in sample.program_device_seconds.items():
+            seconds[program] += spent
+    return max(seconds, key=lambda p: (seconds[p], -p)) if seconds else None
 
 
 SNAP_TOLERANCE = 0.15  # one sample's ratio scatters by up to 15 % on a loaded 2-core host
