@@ -172,3 +172,24 @@ def test_resident_memory_of_a_steady_job_is_no_leak() -> None:
         process = ProcessSample(1.0, float(second), resident)
         (annotated,) = tracker.annotate((replace(job(10 * second), process=process),), {}, host)
         assert "memory_leak" not in kinds((annotated,)), annotated.findings
+
+
+def test_a_warming_job_whose_device_readings_are_fresh_is_no_leak() -> None:
+    """A healthy transformer's resident memory grew 6 MiB/s for its first minute (allocator
+    arenas, compiled code) while its device readings, fresh every step, stayed flat: no leak.
+    Resident memory is the evidence only where the device readings have stopped."""
+    from xmon.model import HostSample, ProcessSample
+
+    mib = 1 << 20
+    clock = Clock()
+    start = clock.now
+    tracker = FindingsTracker(clock, wall=clock)
+    host = HostSample("h", 2, 0.1, 64 << 30, 32 << 30, 2 << 30)
+    for second in range(1, 91):
+        clock.now = start + second
+        memory = DeviceMemory(live_array_bytes=200 * mib, live_array_read_at=clock.now)
+        device = JobDevice(DeviceInfo(0, "cpu", "cpu"), memory, 0.9)
+        process = ProcessSample(1.0, float(second), 400 * mib + int(6.3 * mib * second))
+        warming = replace(job(10 * second), devices=(device,), process=process)
+        (annotated,) = tracker.annotate((warming,), {}, host)
+        assert "memory_leak" not in kinds((annotated,)), (second, annotated.findings)

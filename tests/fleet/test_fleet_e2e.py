@@ -208,8 +208,14 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
 
     wait_for(named, NAMED_WITHIN, "the straggler rule to name process 1", interval=1)
     named_after = time.monotonic() - started
-    code, verdicts = running.fleet_view()
-    assert code == 1, verdicts
+
+    def viewed() -> list[dict[str, Any]] | None:
+        # One view is one instant: while the busy ratios of samples taken before the fault
+        # leave the ledger's window, the gap can be under the threshold for a moment.
+        code, verdicts = running.fleet_view()
+        return verdicts if code == 1 else None
+
+    verdicts = wait_for(viewed, 30, "xmon fleet to name the straggler", interval=2)
     assert verdicts[0]["straggler"]["process_index"] == SLOW_PROCESS, verdicts
     assert "STRAGGLER" in running.fleet_text()
 

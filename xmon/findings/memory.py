@@ -7,11 +7,14 @@ same reading seen again later is not a new point (it would flatten the fitted gr
 least-squares line through the last readings gives the growth per second; with the devices'
 limit (host RAM on CPU, where PJRT has no limit) it gives the time until the job runs out.
 
-Where device readings do not show a leak, the process's resident memory at the same step
-boundaries (the host collector's, read every tick) is the evidence: on CPU the walk of live
-arrays is paced, so a job whose live arrays grow is read ever more rarely (a job keeping a copy
-of its params every step grew 3.3 to 11.4 GB in two minutes while its last reading stayed at
-1 GB), and on any platform a job may leak host memory (numpy copies, Python lists).
+Where the device readings have stopped (none new for ``STALE_READING_SECONDS`` while the job
+steps), the process's resident memory at the same step boundaries (the host collector's, read
+every tick) is the evidence: on CPU the walk of live arrays is paced, so a job whose live
+arrays grow is read ever more rarely (a job keeping a copy of its params every step grew 3.3
+to 11.4 GB in two minutes while its last reading stayed at 1 GB). Resident memory also grows
+while a healthy job warms up (a transformer's grew 6 MiB/s for its first minute: allocator
+arenas, compiled code), so it is consulted only then, and must grow by more
+(``RESIDENT_MIN_GROWTH_BYTES`` and ``RESIDENT_MIN_GROWTH_RATIO``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ MIN_FIT = 0.8  # r squared: the growth is a trend, not noise
 MIN_GROWTH_RATIO = 0.05  # over the window, against the first reading
 MIN_GROWTH_BYTES = 8 << 20
 ERROR_SECONDS_TO_OOM = 3600.0
+STALE_READING_SECONDS = 20.0  # no device reading this much newer: resident memory is the evidence
+RESIDENT_MIN_GROWTH_BYTES = 64 << 20
+RESIDENT_MIN_GROWTH_RATIO = 0.1
 
 
 def in_use_bytes(job: Job) -> int | None:
@@ -95,9 +101,14 @@ def detect_leak(
     slope, r2 = line
     first, last = readings[0][1], readings[-1][1]
     growth = last - first
-    if slope <= 0 or r2 < MIN_FIT or growth < max(MIN_GROWTH_BYTES, MIN_GROWTH_RATIO * first):
-        return None
     resident = kind == RESIDENT
+    least = (
+        max(RESIDENT_MIN_GROWTH_BYTES, RESIDENT_MIN_GROWTH_RATIO * first)
+        if resident
+        else max(MIN_GROWTH_BYTES, MIN_GROWTH_RATIO * first)
+    )
+    if slope <= 0 or r2 < MIN_FIT or growth < least:
+        return None
     limit, limit_source = _resident_limit(last, host) if resident else limit_bytes(job, host)
     to_oom = (limit - last) / slope if limit is not None and limit > last else None
     span = readings[-1][0] - readings[0][0]

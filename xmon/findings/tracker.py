@@ -16,7 +16,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xmon.findings.host_bound import detect_host_bound, waits_for_cpu
-from xmon.findings.memory import RESIDENT, detect_leak, in_use_bytes, limit_bytes, read_at
+from xmon.findings.memory import (
+    RESIDENT,
+    STALE_READING_SECONDS,
+    detect_leak,
+    in_use_bytes,
+    limit_bytes,
+    read_at,
+)
 from xmon.findings.oom import OomEvent, detect_oom
 from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
@@ -123,7 +130,7 @@ class FindingsTracker:
         if self._steady(history, now):
             found.append(detect_host_bound(job, 0.0, _starved(history), host))
             leak = detect_leak(tuple(history.readings), job, host, 0.0)
-            if leak is None:  # device readings paced too rarely, or a leak of host memory
+            if leak is None and _readings_stopped(history, now):  # a paced walk fell behind
                 leak = detect_leak(tuple(history.resident), job, host, 0.0, RESIDENT)
             found.append(leak)
         found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
@@ -170,6 +177,12 @@ class FindingsTracker:
         }
         history.since = since
         return [dataclasses.replace(f, since=since[(f.kind, f.subject)]) for f in findings]
+
+
+def _readings_stopped(history: _History, now: float) -> bool:
+    """No device reading new for ``STALE_READING_SECONDS`` while the job steps (none at all
+    counts too: a platform without memory stats)."""
+    return not history.readings or now - history.readings[-1][0] > STALE_READING_SECONDS
 
 
 def _starved(history: _History) -> bool | None:
