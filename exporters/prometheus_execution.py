@@ -20,16 +20,13 @@ JobKey = tuple[str, int]
 
 def add_step_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
     s = job.steps
-    # Inferred steps have a rate (from the ledger's samples) but no count: the series that
-    # would count them are absent, not 0 beside a rate.
-    counted = not s.inferred or s.steps_total > 0
-    b.add("xmon_job_steps_total", key, s.steps_total if counted else None)
+    b.add("xmon_job_steps_total", key, s.counted_total)  # absent, not 0, for inferred steps
     if s.inferred or s.steps_total:  # a job that never stepped has neither kind of step
         b.add("xmon_job_steps_inferred", (*key, s.inferred_from if s.inferred else ""), s.inferred)
     quantiles = (("0.5", s.p50_step_seconds), ("0.9", s.p90_step_seconds),
                  ("0.99", s.p99_step_seconds))  # fmt: skip
-    b.summary("xmon_job_step_duration_seconds", key, quantiles,
-              s.steps_total if counted else None, s.step_seconds_total)  # fmt: skip
+    b.summary("xmon_job_step_duration_seconds", key, quantiles, s.counted_total,
+              s.step_seconds_total)  # fmt: skip
     b.add("xmon_job_last_step_duration_seconds", key, s.last_step_seconds)
     b.add("xmon_job_steps_per_second", key, s.steps_per_second)
     b.add("xmon_job_flops_per_step", key, s.flops_per_step)

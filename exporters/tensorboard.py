@@ -108,7 +108,7 @@ def _step_scalars(job: Job) -> Raw:
         ("steps/p50_step_seconds", s.p50_step_seconds),
         ("steps/p90_step_seconds", s.p90_step_seconds),
         ("steps/steps_per_second", s.steps_per_second),
-        ("steps/steps_total", s.steps_total if s.steps_total or not s.inferred else None),
+        ("steps/steps_total", s.counted_total),
         ("steps/inferred", s.inferred if stepped else None),
         ("utilization/hardware_flops_utilization_ratio", u.hardware_flops_utilization_ratio),
         ("utilization/model_flops_utilization_ratio", u.model_flops_utilization_ratio),

@@ -293,6 +293,12 @@ class StepStats:
     # device or a collective) or "host" (anything else: a lock, I/O, a data loader).
     stall_waits_in: str | None = None
 
+    @property
+    def counted_total(self) -> int | None:
+        """Steps counted: the marked steps' total, None while steps are inferred (they have a
+        rate, from the ledger's samples, and no count: every view shows it absent, not 0)."""
+        return None if self.inferred and not self.steps_total else self.steps_total
+
 
 @dataclass(frozen=True)
 class StepBreakdown:

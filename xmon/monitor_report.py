@@ -318,7 +318,7 @@ def job_memory(devices: Sequence[JobDevice]) -> dict[str, Any]:
 def _steps(job: Job, old: Job | None) -> dict[str, Any]:
     s = job.steps
     section = _counters(s, old.steps if old else None, _STEP_COUNTERS)
-    if s.inferred and not s.steps_total:  # inferred steps have a rate, and nobody counts them
+    if s.counted_total is None:  # inferred steps have a rate, and nobody counts them
         section.update(total={}, delta=None)
     section.update(
         last_step_seconds=s.last_step_seconds,

@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xmon.model import Job, Snapshot
-from xmon.top import panels
-from xmon.top.panels import job_legend
+from xmon.top.panels import device_panel, job_legend
 from xmon.top.tables import JOB_COLUMNS
 from xmon.top.viewmodel import device_rows
 
@@ -32,11 +31,11 @@ def matching_jobs(snapshot: Snapshot, wanted: str | None) -> list[Job]:
 def render_once(snapshot: Snapshot, jobs: Sequence[Job], width: int = WIDTH) -> str:
     console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
     console.print(f"xmon top  {snapshot.hostname}  snapshot {snapshot.seq}", markup=False)
-    pids = {j.pid for j in jobs}
-    rows = device_rows(snapshot)
-    if len(jobs) != len(snapshot.jobs):  # one job asked for: its devices only
-        rows = [r for pid in pids for r in device_rows(snapshot, pid)]
-    console.print(panels.device_panel(rows))
+    if len(jobs) == len(snapshot.jobs):
+        rows = device_rows(snapshot)
+    else:  # a job asked for: its devices only
+        rows = [r for job in jobs for r in device_rows(snapshot, job.pid)]
+    console.print(device_panel(rows))
     console.print()
     table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
     for column in JOB_COLUMNS:

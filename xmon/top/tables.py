@@ -104,8 +104,8 @@ def _job_cpu(job: Job) -> float | None:
 
 def _step_count(job: Job) -> str:
     """Marked steps counted; inferred ones have a rate and no count."""
-    s = job.steps
-    return "-" if s.inferred and not s.steps_total else str(s.steps_total)
+    counted = job.steps.counted_total
+    return "-" if counted is None else str(counted)
 
 
 def _steps(text: str, job: Job) -> str:
