@@ -179,9 +179,17 @@ def test_every_line_validates_and_lists_every_device_of_the_demo_job(
             seen.append(report)
             jobs = report["jobs"]
             delta = jobs[0]["steps"]["delta"] if jobs else None
-            return report if delta and delta["steps"] > 0 else None
+            if not (delta and delta["steps"] > 0):
+                return None
+            # A reading of live buffers stands until the next one (paced by its cost): the
+            # first report of the job stepping may still carry one taken before the job put
+            # its replicas on devices 1-3, truthfully 0 there, with its read_at.
+            memory = [d["memory"].get("live_array_bytes") for d in jobs[0]["devices"]]
+            return report if all(m is not None and m > 0 for m in memory) else None
 
-        report = wait_for(stepping_report, 120, "a report of the demo job stepping", 0)
+        report = wait_for(
+            stepping_report, 120, "a report of the demo job stepping, memory on every device", 0
+        )
     finally:
         err = stream.stop()
         job.stop()
