@@ -16,6 +16,7 @@ from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.proto import xplane_pb2 as xp
+from xmon.wire import SAMPLE_ANCHOR
 
 PROGRAM, RUN, ORDINAL, OP, MODULE = 1, 2, 3, 4, 5  # stat metadata ids
 MS = 10**9  # picoseconds
@@ -89,6 +90,57 @@ def test_marked_steps_give_the_steps_in_the_core_window() -> None:
     rates_now = ledger_rates([reading])
     assert rates_now.executions_per_step[7] == pytest.approx(2.0)
     assert rates_now.steps_per_second == pytest.approx(25.0)
+
+
+def anchored(space: xp.XSpace, at_ms: float, line_ns: int = 0) -> xp.XSpace:
+    """``space`` with the agent's anchor annotation at ``at_ms`` on a python line of its host
+    plane whose timestamp is ``line_ns`` (the XSpace's clock, not the agent's)."""
+    plane = space.planes[0]
+    plane.event_metadata[77].CopyFrom(xp.XEventMetadata(id=77, name=SAMPLE_ANCHOR))
+    line = plane.lines.add(name="python", timestamp_ns=line_ns)
+    line.events.append(xp.XEvent(metadata_id=77, offset_ps=int(at_ms * MS), duration_ps=MS))
+    return space
+
+
+@pytest.mark.parametrize("length_ms", [30.0, 170.0])
+def test_anchored_begins_count_the_executions_of_whole_steps(length_ms: float) -> None:
+    # Steps of 40 ms running program 7 twice (every 20 ms, 3 ms after the begin). The agent's
+    # clock reads 0.5 ms where the XSpace's reads 2 ms: its begins at 0.5 ms + 40 ms * i are at
+    # 2 ms + 40 ms * i in the XSpace. From one step to four, the counts are of whole steps.
+    steps = int(length_ms // 40) + 1
+    begins = [0.0005 + 0.040 * i for i in range(steps + 1)]
+    space = anchored(periodic_space(20.0, 2 * steps + 2, offset_ms=3.0), at_ms=2.0)
+    reading = parse(space, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=0.0005)
+    assert reading.whole_periods and reading.steps_in_core == steps
+    assert reading.core_seconds == pytest.approx(0.040 * steps)
+    assert reading.executions[7] == 2 * steps
+    assert ledger_rates([reading]).executions_per_step[7] == 2.0
+    # The XSpace's clock reading a second more everywhere changes nothing.
+    later = periodic_space(20.0, 2 * steps + 2)
+    later.planes[0].lines[0].timestamp_ns = 10**9
+    shifted = anchored(later, at_ms=2.0, line_ns=10**9)
+    again = parse(shifted, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=0.0005)
+    assert again.executions[7] == 2 * steps
+
+
+def test_one_step_longer_than_the_old_sample_counts_one_execution_per_step() -> None:
+    # A 300 ms step: a 200 ms window of rates saw 1.5 executions per step. Held whole, 1.
+    space = xp.XSpace(planes=[host_plane()])
+    line = space.planes[0].lines.add(name="tf_XLAPjRtCpuClient/1")
+    for i, start in enumerate((5.0, 305.0, 605.0)):
+        cpu_op(line, 7, 100 + i, 0, start, 250.0)
+    anchored(space, at_ms=1.0)
+    reading = parse(space, 0.62, step_begins=[0.004, 0.304], steps_marked=True,
+                    anchor_seconds=0.0)  # fmt: skip
+    assert reading.executions == {7: 1} and reading.steps_in_core == 1
+    assert ledger_rates([reading]).executions_per_step == {7: 1.0}
+
+
+def test_without_the_anchor_marked_begins_give_a_rate_as_before() -> None:
+    begins = [0.001 + 0.040 * i for i in range(5)]
+    reading = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True,
+                    anchor_seconds=0.001)  # fmt: skip
+    assert reading.steps_in_core == pytest.approx(0.180 / 0.040)
 
 
 def test_marked_job_with_no_step_in_the_sample_counts_no_steps() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import jax
@@ -12,21 +13,36 @@ import jax.numpy as jnp
 import pytest
 from jax._src import profiler as jax_profiler
 
-from xmon.agent.sampler import ExecutionSampler, LedgerConfig
+from xmon.agent.sampler import (
+    MAX_SAMPLE_SECONDS,
+    ExecutionSampler,
+    LedgerConfig,
+    holds_whole_steps,
+    lead_in,
+    next_delay,
+    recent_intervals,
+    sample_limit,
+)
+from xmon.agent.steps import StepTimer
 from xmon.execution.samples import parse_sample
 from xmon.proto import xmon_pb2
 
+from procs import wait_for
 
-def sampler(duration: float = 0.2, begins: tuple[float, ...] = ()) -> tuple[
-    ExecutionSampler, list[xmon_pb2.ExecutionSample]
-]:  # fmt: skip
+
+def sampler(
+    duration: float = 0.2, begins: Callable[[], Sequence[float]] = tuple
+) -> tuple[ExecutionSampler, list[xmon_pb2.ExecutionSample]]:
     sent: list[xmon_pb2.ExecutionSample] = []
     config = LedgerConfig(interval=duration * 10, duration=duration)
     return ExecutionSampler(config, lambda s: sent.append(s) or True, lambda: True,
-                            step_begins=lambda: begins), sent  # fmt: skip
+                            step_begins=begins), sent  # fmt: skip
 
 
-def busy_thread(stop: threading.Event) -> threading.Thread:
+def stepping_thread(stop: threading.Event, timer: StepTimer | None = None,
+                    step_seconds: float = 0.0) -> threading.Thread:  # fmt: skip
+    """A thread running a compiled program in a loop, each run a marked step of at least
+    ``step_seconds`` where ``timer`` is given."""
     f = jax.jit(lambda a: jnp.tanh(a @ a))
     a = jnp.ones((128, 128))
     # Compiled before the sample starts: on a GPU the compile alone outlasts a 0.2 s sample,
@@ -35,29 +51,81 @@ def busy_thread(stop: threading.Event) -> threading.Thread:
 
     def run() -> None:
         while not stop.is_set():
-            f(a).block_until_ready()
+            if timer is None:
+                f(a).block_until_ready()
+                continue
+            with timer.step():
+                began = time.perf_counter()
+                f(a).block_until_ready()
+                time.sleep(max(0.0, step_seconds - (time.perf_counter() - began)))
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
 
 
-def test_a_sample_is_the_sessions_xspace_with_the_steps_begun_in_it() -> None:
+@pytest.mark.parametrize("step_seconds", [0.005, 0.3, 1.2])
+def test_a_sample_holds_whole_marked_steps_counted_by_the_daemon(step_seconds: float) -> None:
+    timer = StepTimer()
     stop = threading.Event()
-    thread = busy_thread(stop)
-    now = time.perf_counter()
-    ledger, sent = sampler(begins=(now - 10.0, now + 0.05, now + 0.1))
+    thread = stepping_thread(stop, timer, step_seconds)
+    ledger, sent = sampler(begins=lambda: timer.begin_times)
+    try:
+        wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
+        assert ledger.sample_once()
+    finally:
+        stop.set()
+        thread.join()
+    (sample,) = sent
+    begins = list(sample.step_begin_seconds)
+    assert sample.steps_marked and len(begins) >= 2 and sample.HasField("anchor_seconds")
+    assert 0 <= sample.anchor_seconds < begins[0]
+    # At least the configured 0.2 s, and never two whole steps more than needed: long steps
+    # open the session just before a begin.
+    assert 0.2 <= sample.duration_seconds < max(0.2, step_seconds) + 2 * step_seconds + 0.5
+    reading = parse_sample(sample.xspace, sample.started_at, sample.duration_seconds, begins,
+                           True, sample.anchor_seconds)  # fmt: skip
+    steps = len(begins) - 1
+    assert reading.steps_in_core == steps and reading.whole_periods
+    assert reading.executions == {reading.dominant: steps}, reading.executions
+    assert ledger.samples_total == 1 and ledger.skipped_total == 0
+
+
+def test_an_unmarked_sample_is_the_sessions_xspace_of_its_duration() -> None:
+    stop = threading.Event()
+    thread = stepping_thread(stop)
+    ledger, sent = sampler()
     try:
         assert ledger.sample_once()
     finally:
         stop.set()
         thread.join()
     (sample,) = sent
-    assert sample.steps_marked and 0.15 <= sample.duration_seconds < 5
-    assert [round(t, 2) for t in sample.step_begin_seconds] == pytest.approx([0.05, 0.1], abs=0.03)
+    assert not sample.steps_marked and 0.15 <= sample.duration_seconds < 5
     reading = parse_sample(sample.xspace, sample.started_at, sample.duration_seconds)
     assert reading.executions and sum(reading.device_busy_seconds.values()) > 0
-    assert ledger.samples_total == 1 and ledger.skipped_total == 0
+
+
+def test_a_marked_job_not_stepping_is_waited_for_not_skipped() -> None:
+    ledger, sent = sampler(begins=lambda: (time.perf_counter() - 100.0,))
+    assert not ledger.sample_once() and not sent
+    assert (ledger.samples_total, ledger.skipped_total) == (0, 0)
+
+
+def test_whole_steps_end_a_sample_and_long_steps_are_waited_for_just_before_a_begin() -> None:
+    assert not holds_whole_steps(1, 5.0, 0.2) and not holds_whole_steps(5, 0.1, 0.2)
+    assert holds_whole_steps(2, 0.2, 0.2)
+    assert recent_intervals([1.0, 3.0, 6.0]) == [2.0, 3.0]
+    assert sample_limit(0.2, [2.0, 10.0]) == 0.2 + 2.5 * 10.0
+    assert sample_limit(0.2, [100.0]) == MAX_SAMPLE_SECONDS
+    # steps of 10 s, the last begun at 100 s: at 103 s the session opens at 110 - 1 - 0.1
+    assert lead_in([10.0] * 4, [70.0, 80.0, 90.0, 100.0], 103.0, 0.1) == pytest.approx(5.9)
+    # too late for the next begin: the one after it
+    assert lead_in([10.0] * 4, [100.0], 109.5, 0.1) == pytest.approx(9.4)
+    assert lead_in([0.3] * 4, [100.0], 100.1, 0.1) == 0.0  # short steps: at once
+    assert lead_in([1.0, 5.0, 1.0], [100.0], 100.1, 0.1) == 0.0  # irregular: at once
+    config = LedgerConfig(interval=20.0, duration=0.2)
+    assert next_delay(config, 0.2) == 20.0 and next_delay(config, 2.2) == pytest.approx(220.0)
 
 
 def test_a_running_trace_or_a_held_profiler_lock_skips_the_sample(tmp_path: Path) -> None:

@@ -26,6 +26,15 @@ PART_BYTES = 64 * 1024
 # most 1 KiB, its devices) and small reports.
 FRAMING_BYTES = 64 * 1024
 RECEIVE_LIMIT_BYTES = PART_BYTES + FRAMING_BYTES
+# The annotation (a TraceMe) an execution sample's agent records just after its profiler
+# session starts, at a moment it also reads on its own clock (ExecutionSample.anchor_seconds):
+# the XSpace's timestamps are on the profiler's clock, which no Python clock reads.
+SAMPLE_ANCHOR = "xmon.sample_anchor"
+# The longest an execution sample of a job that marks steps records (two begins of a 60 s step
+# after a wait for the first), and the longest one a daemon takes: room for a session's start
+# and stop on a loaded host.
+SAMPLE_RECORD_MAX_SECONDS = 150.0
+SAMPLE_TAKEN_MAX_SECONDS = SAMPLE_RECORD_MAX_SECONDS + 30.0
 
 
 @functools.cache  # message classes are few and fixed; the daemon converts every report

@@ -15,6 +15,17 @@ waits for it (at most ``duration`` plus the session's stop) instead of failing. 
 started by the profiler server (remote capture) is not visible to Python: the sample then fails
 to start and is counted as skipped, and the remote capture is unaffected.
 
+Samples hold whole steps. In a job that marks steps, a sample records until at least two step
+begins fell inside it and at least ``duration`` passed, so the daemon counts the executions
+between its first and last begin: executions per step are counted over one step or more, never
+estimated from a part of one (a 0.2 s sample of 0.3 s steps counted 1.5 executions per step). Where
+steps are long (a second or more) the session opens a tenth of a step before the next begin is due,
+so a sample lasts about one step, not two. The duty cycle stays what ``duration`` / ``interval``
+says: after a sample of ``recorded`` seconds the next one waits ``recorded / duty``, so a job of
+10 s steps is sampled about every 20 minutes and its first numbers come one sample after
+``first_delay``. A job without markers records ``duration`` seconds; its steps are inferred from
+whole periods of its busiest program in the daemon.
+
 The default duty cycle (``DEFAULT_DURATION`` / ``DEFAULT_INTERVAL``) was chosen by measurement;
 see docs/benchmarks.md ("Execution ledger").
 """
@@ -34,6 +45,7 @@ from typing import Any
 from xmon.agent import internals
 from xmon.agent.capabilities import Capabilities
 from xmon.proto import xmon_pb2
+from xmon.wire import SAMPLE_ANCHOR, SAMPLE_RECORD_MAX_SECONDS
 
 log = logging.getLogger("xmon.agent")
 
@@ -47,6 +59,15 @@ STOP_WAIT_SECONDS = 30.0  # collecting a session takes seconds on a loaded host
 # Sessions in a row that fail to start or stop (not those skipped because the profiler was
 # busy) before the ledger is reported unavailable: one can fail on a transient error.
 FAILURES_UNTIL_UNAVAILABLE = 3
+# The longest a sample of a marked job records waiting for its second step begin; past it
+# (the job stopped marking steps) the sample ends with what it holds.
+MAX_SAMPLE_SECONDS = SAMPLE_RECORD_MAX_SECONDS
+SAMPLE_LIMIT_STEPS = 2.5  # a sample's limit in the longest recent steps, beyond `duration`
+POLL_SECONDS = 0.01  # how often a recording sample looks for new step begins
+LONG_STEP_SECONDS = 1.0  # steps at least this long: open the session just before a begin
+LEAD_IN_SHARE = 0.1  # of a step: how early before the predicted begin it opens
+RECENT_STEPS = 16  # step intervals the limit and the prediction look at
+NOT_STEPPING_RETRY = 5.0  # a marked job without two recent begins: try again this much later
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,9 @@ class ExecutionSampler:
         self.skipped_total = 0
         self.busy_total = 0  # skipped because the profiler was busy (the job's trace, a capture)
         self.busy_seconds = 0.0  # time spent starting and stopping sessions
+        self.last_recorded = 0.0  # seconds the latest sample recorded (0: none taken)
+        self._start_cost = 0.1  # seconds the latest session took to start recording
+        self._not_stepping = False  # the latest try found a marked job not stepping
 
     def start(self) -> None:
         if not self.config.enabled:
@@ -131,10 +155,15 @@ class ExecutionSampler:
     def _loop(self) -> None:
         delay = self.config.first_delay
         while not self._stop.wait(delay):
+            self.last_recorded = 0.0
             if self._ready():
                 self.sample_once()
-            spread = self.config.interval * JITTER
-            delay = self.config.interval + random.uniform(-spread, spread)
+            if self._not_stepping:
+                delay = min(self.config.interval, NOT_STEPPING_RETRY)
+                continue
+            delay = next_delay(self.config, self.last_recorded)
+            spread = delay * JITTER
+            delay += random.uniform(-spread, spread)
 
     def sample_once(self) -> bool:
         """Record one sample and send it; False when skipped (never raises)."""
@@ -148,7 +177,8 @@ class ExecutionSampler:
             self._failed(exc)
             sample = None
         if sample is None:
-            self.skipped_total += 1
+            if not self._not_stepping:  # waiting for a marked job's steps is no skip
+                self.skipped_total += 1
             return False
         if not self._send(sample):  # the transport dropped it (daemon gone or slow)
             self.skipped_total += 1
@@ -167,6 +197,14 @@ class ExecutionSampler:
 
     def _record(self) -> xmon_pb2.ExecutionSample | None:
         state = internals.profiler_state()
+        begins = tuple(self._step_begins())
+        intervals = recent_intervals(begins)
+        self._not_stepping = bool(begins) and not intervals
+        if self._not_stepping:
+            return None  # a marked job between steps of unknown length: none to hold yet
+        wait = lead_in(intervals, begins, time.perf_counter(), self._start_cost)
+        if wait > 0:
+            self._stop.wait(wait)
         if self._stop.is_set():
             return None  # the job is ending: no new session to wait for
         if not state.lock.acquire(blocking=False):
@@ -186,21 +224,107 @@ class ExecutionSampler:
         opened = time.perf_counter()
         session = internals.start_raw_session(options)
         running = time.perf_counter()
-        self._stop.wait(self.config.duration)
+        self._start_cost = running - opened
+        anchor = _anchor()
+        marked = bool(self._step_begins())
+        if marked:
+            self._record_whole_steps(running)
+        else:
+            self._stop.wait(self.config.duration)
         stopping = time.perf_counter()
         data = session.stop()  # collects what was recorded until now
         self.busy_seconds += (running - opened) + (time.perf_counter() - stopping)
         recorded = stopping - opened
-        begins = [t - opened for t in tuple(self._step_begins()) if opened <= t <= stopping]
+        self.last_recorded = recorded
+        # Begins before the session recorded would count steps whose executions it missed.
+        begins = [t - opened for t in tuple(self._step_begins()) if running <= t <= stopping]
         if not isinstance(data, bytes) or not data or len(data) > MAX_SAMPLE_BYTES:
             return None
-        return xmon_pb2.ExecutionSample(
+        sample = xmon_pb2.ExecutionSample(
             started_at=started_at,
             duration_seconds=recorded,
             xspace=data,
-            step_begin_seconds=begins[-MAX_STEP_BEGINS:],
-            steps_marked=bool(self._step_begins()),
+            step_begin_seconds=begins[:MAX_STEP_BEGINS],
+            steps_marked=marked,
         )
+        if anchor is not None:
+            sample.anchor_seconds = anchor - opened
+        return sample
+
+    def _record_whole_steps(self, running: float) -> None:
+        """Wait while the session records, until it holds a whole step and ``duration``."""
+        limit = sample_limit(self.config.duration, recent_intervals(tuple(self._step_begins())))
+        while not self._stop.is_set():
+            elapsed = time.perf_counter() - running
+            begun = _begun_since(tuple(self._step_begins()), running)
+            if holds_whole_steps(begun, elapsed, self.config.duration) or elapsed >= limit:
+                return
+            self._stop.wait(POLL_SECONDS)
+
+
+def _anchor() -> float | None:
+    """Record the anchor annotation; the clock reading just before it began (None where the
+    annotation fails: the daemon then estimates steps from rates)."""
+    try:
+        import jax.profiler
+
+        at = time.perf_counter()
+        with jax.profiler.TraceAnnotation(SAMPLE_ANCHOR):
+            pass
+    except Exception:  # noqa: BLE001 - the sample goes on without it
+        return None
+    return at
+
+
+def _begun_since(begins: Sequence[float], since: float) -> int:
+    count = 0
+    for begin in reversed(begins):
+        if begin < since:
+            break
+        count += 1
+    return count
+
+
+def holds_whole_steps(begun: int, elapsed: float, duration: float) -> bool:
+    """Whether a marked sample can stop: two begins (a whole step between them) and
+    ``duration`` recorded (several steps when steps are short)."""
+    return begun >= 2 and elapsed >= duration
+
+
+def recent_intervals(begins: Sequence[float]) -> list[float]:
+    """The intervals between the latest RECENT_STEPS + 1 step begins."""
+    latest = list(begins[-(RECENT_STEPS + 1) :])
+    return [b - a for a, b in zip(latest, latest[1:], strict=False) if b > a]
+
+
+def sample_limit(duration: float, intervals: Sequence[float]) -> float:
+    """The longest a marked sample records: ``duration`` and room for two begins of the
+    longest recent step, at most MAX_SAMPLE_SECONDS."""
+    longest = max(intervals, default=MAX_SAMPLE_SECONDS)
+    return min(MAX_SAMPLE_SECONDS, duration + SAMPLE_LIMIT_STEPS * longest)
+
+
+def lead_in(
+    intervals: Sequence[float], begins: Sequence[float], now: float, start_cost: float
+) -> float:
+    """Seconds to wait before opening a session so it starts a tenth of a step (and its own
+    start-up) before the next step begin is due; 0 for short or irregular steps."""
+    if not intervals or not begins:
+        return 0.0
+    step = sorted(intervals)[len(intervals) // 2]
+    if step < LONG_STEP_SECONDS or max(intervals) > 1.5 * step:
+        return 0.0  # short steps come soon anyway; irregular ones cannot be predicted
+    margin = LEAD_IN_SHARE * step + start_cost
+    due = begins[-1] + step
+    while due - margin <= now:
+        due += step
+    return min(due - margin - now, step)
+
+
+def next_delay(config: LedgerConfig, recorded: float) -> float:
+    """The wait before the next sample: the interval, longer after a long sample so that
+    the share of time recorded stays ``duration / interval``."""
+    return max(config.interval, recorded * config.interval / config.duration)
 
 
 def _options(options: Any) -> Any:

@@ -36,10 +36,11 @@ from xmon.execution.samples import (
     step_begins_problem,
 )
 from xmon.proto import xmon_pb2
+from xmon.wire import SAMPLE_TAKEN_MAX_SECONDS
 
 log = logging.getLogger("xmon.daemon")
 
-MAX_SAMPLE_SECONDS = 60.0
+MAX_SAMPLE_SECONDS = SAMPLE_TAKEN_MAX_SECONDS
 # Of samples waiting or being read: one at a time is read, so this is what waits (a real
 # sample is 0.1-2 MiB; a 15 MiB one is a flood's).
 MAX_INFLIGHT_BYTES = 32 * 1024 * 1024
@@ -120,6 +121,7 @@ class LedgerReader:
                 sample.duration_seconds,
                 tuple(sample.step_begin_seconds),  # checked in submit
                 sample.steps_marked,
+                sample.anchor_seconds if sample.HasField("anchor_seconds") else None,
             )
         except SampleRefused as refusal:
             self._refuse(ledger, refusal)
@@ -150,4 +152,8 @@ def implausible(sample: xmon_pb2.ExecutionSample) -> str | None:
         return f"duration {duration!r} s"
     if not sample.xspace:
         return "no XSpace"
+    if sample.HasField("anchor_seconds") and not (
+        math.isfinite(sample.anchor_seconds) and 0 <= sample.anchor_seconds <= duration
+    ):
+        return f"anchor {sample.anchor_seconds!r} s"
     return step_begins_problem(sample.step_begin_seconds, duration)

@@ -17,6 +17,11 @@ module id, and ``run_id``, one per launch shared by the launch's devices):
   sample, so overlapping ops (streams, threads) count once.
 * **device time per program**: the union of its op intervals per device, summed over devices.
 
+Where the job marks steps and the sample holds two begins or more, executions are counted
+between its first and last begin instead: whole steps, counted. The begins are on the agent's
+clock; the agent's anchor annotation (``SAMPLE_ANCHOR``), read on both clocks, places them on
+the XSpace's.
+
 Where events live: GPU and TPU record ops on ``/device:GPU:N`` / ``/device:TPU:N`` planes (the
 device is N); the CPU backend records them on host threads, each op with a
 ``device_ordinal`` stat.
@@ -53,6 +58,7 @@ from xmon.execution.xspace_bounds import (
     check_ids,
 )
 from xmon.proto import xplane_pb2
+from xmon.wire import SAMPLE_ANCHOR
 
 DEVICE_ORDINAL = "device_ordinal"
 HLO_OP = "hlo_op"
@@ -186,16 +192,34 @@ class _SampleParser:
         self.launches: list[tuple[str, int, int]] = []
         self.op_starts: defaultdict[int, list[int]] = defaultdict(list)
         self.named_programs: defaultdict[str, set[int]] = defaultdict(set)
+        self.anchor_ps: int | None = None  # when the agent's anchor annotation began
+
+    def _find_anchor(
+        self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine]
+    ) -> Iterable[xplane_pb2.XLine]:
+        """``lines``, noting the anchor annotation's start where this plane has one."""
+        anchors = {key for key, meta in plane.event_metadata.items() if meta.name == SAMPLE_ANCHOR}
+        if not anchors or self.anchor_ps is not None:
+            yield from lines
+            return
+        for line in lines:
+            for event in line.events:
+                if event.metadata_id in anchors and self.anchor_ps is None:
+                    self.anchor_ps = line.timestamp_ns * 1000 + event.offset_ps
+            yield line
 
     def add_plane(
         self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine] | None = None
     ) -> None:
         """Read a plane: its header (metadata) and ``lines``, by default its own."""
+        lines = self._find_anchor(plane, plane.lines if lines is None else lines)
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP, HLO_MODULE,
                                LAUNCH_NAME))  # fmt: skip
         if ids[PROGRAM_ID] is None and (ids[RUN_ID] is None or ids[LAUNCH_NAME] is None):
-            return  # python, host threads without XLA ops or launches
+            for _line in lines:  # python, host threads without XLA ops or launches; an anchor
+                pass
+            return
         match = _DEVICE_PLANE.match(plane.name)
         plane_device = int(match["index"]) if match else None
         self._names = {key: meta.name for key, meta in plane.event_metadata.items()}
@@ -204,7 +228,7 @@ class _SampleParser:
             for key, meta in plane.event_metadata.items()
             if meta.stats
         }
-        for line in plane.lines if lines is None else lines:
+        for line in lines:
             on_modules = line.name == MODULES_LINE
             if line.name in _SUMMARY_LINES and not on_modules:
                 continue
@@ -318,9 +342,11 @@ def parse_sample(
     duration_seconds: float,
     step_begins: Sequence[float] = (),
     steps_marked: bool = False,
+    anchor_seconds: float | None = None,
 ) -> SampleReading:
     """Read one sample's XSpace; ``step_begins`` are the marked steps' begins during it, in
-    seconds since it started. Raises SampleUnreadable for bytes that are not a sample."""
+    seconds since it started, and ``anchor_seconds`` when the agent's anchor annotation began
+    on the same clock. Raises SampleUnreadable for bytes that are not a sample."""
     parser = _SampleParser()
     try:
         reader = SpaceReader(data, SAMPLE_BOUNDS)
@@ -330,7 +356,9 @@ def parse_sample(
         raise SampleRefused(exc.bound, str(exc)) from None
     except NotASpace as exc:
         raise SampleUnreadable(f"not a profiler sample: {exc}") from None
-    return reading_from(parser, started_at, duration_seconds, step_begins, steps_marked)
+    return reading_from(
+        parser, started_at, duration_seconds, step_begins, steps_marked, anchor_seconds
+    )
 
 
 def reading_from(
@@ -339,19 +367,28 @@ def reading_from(
     duration: float,
     step_begins: Sequence[float],
     steps_marked: bool,
+    anchor_seconds: float | None = None,
 ) -> SampleReading:
     program_seconds: defaultdict[int, float] = defaultdict(float)
     for (program, _device), spans in parser.program_ops.items():
         program_seconds[program] += spans.union_length() / 1e12
     starts = parser.starts()
     dominant = _dominant(starts, program_seconds)
+    steps = _whole_steps(parser.anchor_ps, anchor_seconds, step_begins) if steps_marked else None
+    if steps is not None:
+        (low, high), counted = steps
+        return _reading(
+            parser, started_at, duration, starts, dominant, program_seconds,
+            executions=_counts_in(starts, low, high), core_seconds=(high - low) / 1e12,
+            steps_in_core=float(counted), whole_periods=True,
+        )  # fmt: skip
     core = _core_window(starts[dominant]) if dominant is not None else None
     if core is None:
         executions = {p: len(s) for p, s in starts.items() if s}
         core_seconds = duration
     else:
         low, high = core
-        executions = {p: n for p, s in starts.items() if (n := _count_in(s, low, high))}
+        executions = _counts_in(starts, low, high)
         core_seconds = (high - low) / 1e12
     if steps_marked:
         step_rate = _rate(sorted(step_begins))
@@ -359,6 +396,40 @@ def reading_from(
             step_rate = len(step_begins) / duration if duration > 0 else None
     else:
         step_rate = _rate([t / 1e12 for t in starts[dominant]]) if dominant is not None else None
+    steps_in_core = _finite(step_rate * core_seconds) if step_rate is not None else None
+    return _reading(
+        parser, started_at, duration, starts, dominant, program_seconds,
+        executions=executions, core_seconds=core_seconds, steps_in_core=steps_in_core,
+        whole_periods=core is not None, steps_marked=steps_marked,
+    )  # fmt: skip
+
+
+def _whole_steps(
+    anchor_ps: int | None, anchor_seconds: float | None, step_begins: Sequence[float]
+) -> tuple[tuple[int, int], int] | None:
+    """The window from the first to the last step begin on the XSpace's clock, and the steps
+    it holds; None without an anchor on both clocks or two begins."""
+    if anchor_ps is None or anchor_seconds is None or len(step_begins) < 2:
+        return None
+    ordered = sorted(step_begins)
+    offset = anchor_ps - round(anchor_seconds * 1e12)
+    return (offset + round(ordered[0] * 1e12), offset + round(ordered[-1] * 1e12)), len(ordered) - 1
+
+
+def _reading(
+    parser: _SampleParser,
+    started_at: float,
+    duration: float,
+    starts: Mapping[int, list[int]],
+    dominant: int | None,
+    program_seconds: Mapping[int, float],
+    *,
+    executions: Mapping[int, int],
+    core_seconds: float,
+    steps_in_core: float | None,
+    whole_periods: bool,
+    steps_marked: bool = True,
+) -> SampleReading:
     return SampleReading(
         started_at=started_at,
         duration_seconds=duration,
@@ -366,8 +437,8 @@ def reading_from(
         executions=executions,
         dominant=dominant,
         steps_marked=steps_marked,
-        steps_in_core=_finite(step_rate * core_seconds) if step_rate is not None else None,
-        whole_periods=core is not None,
+        steps_in_core=steps_in_core,
+        whole_periods=whole_periods,
         device_busy_seconds={
             d: spans.union_length() / 1e12 for d, spans in parser.device_ops.items()
         },
@@ -405,6 +476,11 @@ def _rate(times: Sequence[float]) -> float | None:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _counts_in(starts: Mapping[int, list[int]], low: int, high: int) -> dict[int, int]:
+    """Executions of each program that started in [low, high) (programs with none left out)."""
+    return {p: n for p, s in starts.items() if (n := _count_in(s, low, high))}
 
 
 def _count_in(starts: list[int], low: int, high: int) -> int:

@@ -266,18 +266,20 @@ class AgentCounters(_message.Message):
     def __init__(self, reports_sent_total: _Optional[int] = ..., reports_dropped_total: _Optional[int] = ..., events_dropped_total: _Optional[int] = ..., reconnects_total: _Optional[int] = ..., overhead_seconds_total: _Optional[float] = ..., ledger_samples_total: _Optional[int] = ..., ledger_samples_skipped_total: _Optional[int] = ..., ledger_samples_busy_total: _Optional[int] = ...) -> None: ...
 
 class ExecutionSample(_message.Message):
-    __slots__ = ("started_at", "duration_seconds", "xspace", "step_begin_seconds", "steps_marked")
+    __slots__ = ("started_at", "duration_seconds", "xspace", "step_begin_seconds", "steps_marked", "anchor_seconds")
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     XSPACE_FIELD_NUMBER: _ClassVar[int]
     STEP_BEGIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     STEPS_MARKED_FIELD_NUMBER: _ClassVar[int]
+    ANCHOR_SECONDS_FIELD_NUMBER: _ClassVar[int]
     started_at: float
     duration_seconds: float
     xspace: bytes
     step_begin_seconds: _containers.RepeatedScalarFieldContainer[float]
     steps_marked: bool
-    def __init__(self, started_at: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., xspace: _Optional[bytes] = ..., step_begin_seconds: _Optional[_Iterable[float]] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
+    anchor_seconds: float
+    def __init__(self, started_at: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., xspace: _Optional[bytes] = ..., step_begin_seconds: _Optional[_Iterable[float]] = ..., steps_marked: _Optional[bool] = ..., anchor_seconds: _Optional[float] = ...) -> None: ...
 
 class LiveArray(_message.Message):
     __slots__ = ("shape", "dtype", "sharding", "nbytes", "device_bytes")
