@@ -5,7 +5,10 @@ Runs the fidelity suite's own jobs (tests/fidelity/: patterns.py, execution_jobs
 memory_jobs.py) on 4 CPU devices against a real daemon, the same way its tests do, and writes
 the measured values, not the tests' verdicts.
 
-    python benchmarks/fidelity.py [--quick]      # --quick: a few cases, written elsewhere
+    python benchmarks/fidelity.py [--quick] [--out PATH]  # --quick: a few cases, elsewhere
+
+On the newest toolchain it writes docs/fidelity.md; on the oldest, with
+``--out docs/fidelity-oldest.md``.
 """
 
 from __future__ import annotations
@@ -66,10 +69,10 @@ def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
 
     rows: list[Row] = []
     cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "scan_layers",
-                                   "transformer"]  # fmt: skip
+                                   "transformer", "slow_0.3", "slow_2"]  # fmt: skip
     for case in cases:
         (workdir / case).mkdir()
-        job, truth = run_case(workdir / case, daemon, case)
+        job, truth = run_case(workdir / case, daemon, case, timeout=150)
         rate = own_rate(truth, job)
         flops, util = truth["flops_per_step"], job.utilization
         rows += [
@@ -91,18 +94,19 @@ def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
                          error(util.model_flops_utilization_ratio, mfu)])  # fmt: skip
     if quick:
         return rows
-    for case in ("unmarked", "host_bound"):
+    for case in ("unmarked", "slow_0.3_unmarked", "host_bound"):
         (workdir / case).mkdir()
-    job, truth = run_case(workdir / "unmarked", daemon, "unmarked")
-    begins = truth["begins"]
-    overall = (len(begins) - 1) / (begins[-1] - begins[0])
-    rows += [
-        ["unmarked (inferred)", "hardware FLOPs / step", number(truth["flops_per_step"]),
-         number(job.steps.flops_per_step),
-         error(job.steps.flops_per_step, truth["flops_per_step"])],
-        ["unmarked (inferred)", "steps / s (whole run)", number(overall),
-         number(job.steps.steps_per_second), error(job.steps.steps_per_second, overall)],
-    ]  # fmt: skip
+    for case in ("unmarked", "slow_0.3_unmarked"):
+        job, truth = run_case(workdir / case, daemon, case, timeout=150)
+        begins = truth["begins"]
+        overall = (len(begins) - 1) / (begins[-1] - begins[0])
+        rows += [
+            [f"{case} (inferred)", "hardware FLOPs / step", number(truth["flops_per_step"]),
+             number(job.steps.flops_per_step),
+             error(job.steps.flops_per_step, truth["flops_per_step"])],
+            [f"{case} (inferred)", "steps / s (whole run)", number(overall),
+             number(job.steps.steps_per_second), error(job.steps.steps_per_second, overall)],
+        ]  # fmt: skip
     job, truth = run_case(workdir / "host_bound", daemon, "host_bound")
     own = truth["device_seconds"] / truth["wall_seconds"]
     busy = next(d.busy_ratio for d in job.devices if d.info.id == 0)
@@ -177,7 +181,11 @@ CANNOT_KNOW = """\
 - **Steps without markers** are inferred from the program that used the most device time;
   their rate comes from the profiler samples, which run while the profiler slows the job a few
   percent on CPU (the `unmarked` rows). A program run k times a step (gradient accumulation)
-  with no markers makes k inferred steps per real step: mark steps (`xmon.step()`) there.
+  with no markers makes k inferred steps per real step: mark steps (`xmon.step()`) there. A
+  sample of a job without markers lasts its configured duration (0.2 s by default), which holds
+  whole periods of the busiest program only for steps shorter than about a third of it; longer
+  unmarked steps give no inferred rate. Marked steps of any length up to 60 s are held whole
+  (the `slow_` rows: 0.3 s and 2 s steps sampled for a configured 1 s).
 - **Device busy ratio on CPU**: virtual CPU devices share the host's cores, so each device's
   ratio is its own op time; on GPU and TPU each device is its own hardware.
 - **Device memory on CPU**: one reading costs a walk of `jax.live_arrays()`; readings are paced
@@ -185,10 +193,18 @@ CANNOT_KNOW = """\
 """
 
 
-def main(quick: bool = False) -> str:
+def toolchain() -> str:
+    import jax
+
+    return f"Python {sys.version.split()[0]}, jax {jax.__version__}"
+
+
+def main(quick: bool = False, out: Path = OUT) -> str:
     sections = [
         "# Fidelity: xmon's numbers beside the truth\n",
-        f"{today()} — {machine()}\n",
+        f"{today()} — {machine()} — {toolchain()}\n",
+        "The page is written on the newest toolchain xmon supports (`docs/fidelity.md`) and on "
+        "the oldest (`docs/fidelity-oldest.md`), from the same jobs.\n",
         "Written by `benchmarks/fidelity.py` from the jobs of `tests/fidelity/` (4 CPU devices, "
         "a real daemon; the execution ledger sampling 1 s every 2 s to keep runs short). "
         "Each truth is computed by the job itself without xmon: analytic matmul counts and the "
@@ -227,12 +243,14 @@ def main(quick: bool = False) -> str:
                 table(["quantity", "job's clock", "xmon", "error"], steps),
             ]
     text = "\n".join(sections) + "\n\n" + CANNOT_KNOW
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
     return text
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few cases: checks it runs")
-    print(main(quick=parser.parse_args().quick))
+    parser.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT})")
+    args = parser.parse_args()
+    print(main(quick=args.quick, out=args.out))

@@ -268,6 +268,29 @@ def test_ids_the_catalogue_does_not_hold_yet_are_matched_by_name_only_when_unamb
     assert [p.executions_per_step for p in two] == [0.0, None]  # ambiguous: unknown, not 2
 
 
+def test_a_program_compiled_anew_every_step_counts_its_older_executables() -> None:
+    """A function compiled again every step runs a new executable (a new module id) each step;
+    the catalogue keeps a program's newest ids only. Where the samples show the ids it holds
+    under that name, the older ids of the name are that program's older executables."""
+    plane = host_plane()
+    plane.stat_metadata[MODULE].CopyFrom(xp.XStatMetadata(id=MODULE, name="hlo_module"))
+    line = plane.lines.add(name="tf_XLAPjRtCpuClient/1")
+    for i in range(10):  # step i runs program 200 + i once, 3 ms after its begin at 20 ms * i
+        cpu_op(line, 200 + i, 9000 + i, 0, 3.0 + 20.0 * i, 5.0)
+        line.events[-1].stats.append(xp.XStat(metadata_id=MODULE, str_value="jit_fresh"))
+    space = anchored(xp.XSpace(planes=[plane]), at_ms=0.0)
+    begins = [0.020 * i for i in range(10)]
+    now = ledger_rates([parse(space, 0.2, step_begins=begins, steps_marked=True,
+                              anchor_seconds=0.0)])  # fmt: skip
+    fresh = replace(program("fresh", (208, 209), 1e9), name="jit_fresh", compiled_at=9.0)
+    extra = rates.unclaimed_ids([fresh], now)
+    assert sorted(extra[fresh.fingerprint]) == list(range(200, 208))
+    counted = rates.with_ledger(fresh, now, 50.0, extra[fresh.fingerprint])
+    assert counted.executions_per_step == pytest.approx(1.0)  # 9 whole steps, 9 executions
+    work = rates.executed_work([counted]).flops_per_step
+    assert work == pytest.approx(1e9 * counted.num_devices)
+
+
 def test_unknown_or_lower_bound_flops_make_the_step_a_lower_bound() -> None:
     now = ledger_rates([parse(periodic_space(20.0, 10), duration=0.2)])
     for other in (program("eval", (9,), None), program("eval", (9,), 1e8, lower_bound=True)):

@@ -25,6 +25,8 @@ Cases (the patterns the execution ledger must get right):
 * ``scan_layers``: a scan over layers with ``jax.checkpoint`` and ``jax.grad`` as the step;
 * ``host_bound``: one device computes ~20 ms, then the host sleeps 40 ms.
 * ``transformer``: a small decoder-only transformer with declared model FLOPs (6·N·tokens).
+* ``slow_0.3``, ``slow_2`` (``_unmarked``): the ``aot`` step padded by host work to 0.3 s or
+  2 s, longer than a sample's configured duration.
 """
 
 from __future__ import annotations
@@ -62,12 +64,16 @@ def all_device_flops(compiled: Any) -> float:
 
 
 class Job:
-    """A job's loop: ``step()`` runs one training step, ``flops`` is its truth per step."""
+    """A job's loop: ``step()`` runs one training step, ``flops`` is its truth per step;
+    each step lasts at least ``step_seconds`` (host work after the device's)."""
 
-    def __init__(self, step: Callable[[int], None], flops: float, analytic: float) -> None:
+    def __init__(
+        self, step: Callable[[int], None], flops: float, analytic: float, step_seconds: float = 0.0
+    ) -> None:
         self.step = step
         self.flops = flops
         self.analytic = analytic
+        self.step_seconds = step_seconds
 
 
 def _data() -> tuple[Any, Any]:
@@ -92,6 +98,11 @@ def aot() -> Job:
 
     analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH)
     return Job(step, all_device_flops(compiled), analytic)
+
+
+def slow(step_seconds: float) -> Job:
+    job = aot()
+    return Job(job.step, job.flops, job.analytic, step_seconds)
 
 
 def same_name() -> Job:
@@ -264,12 +275,19 @@ def transformer() -> tuple[Job, float]:
     return Job(step, all_device_flops(compiled), model_flops), model_flops
 
 
+def _host_work(began: float, step_seconds: float) -> None:
+    """The step's host work (data loading): HOST_SECONDS, or up to ``step_seconds``."""
+    time.sleep(max(HOST_SECONDS, step_seconds - (time.perf_counter() - began)))
+
+
 def main(case: str, out: Path) -> None:
     extra: dict[str, float] = {}
     waits: dict[str, float] = {}
-    marked = case != "unmarked"
+    marked = not case.endswith("unmarked")
     if case in ("aot", "unmarked"):
         job = aot()
+    elif case.startswith("slow_"):
+        job = slow(float(case.split("_")[1]))
     elif case == "same_name":
         job = same_name()
     elif case == "accumulate":
@@ -295,13 +313,14 @@ def main(case: str, out: Path) -> None:
     i = 0
     while not stop.exists():
         begins.append(time.time())
+        began = time.perf_counter()
         if marked:
             with xmon.step():
                 job.step(i)
-                time.sleep(HOST_SECONDS)
+                _host_work(began, job.step_seconds)
         else:
             job.step(i)
-            time.sleep(HOST_SECONDS)
+            _host_work(began, job.step_seconds)
         i += 1
     jax.effects_barrier()
     truth.update(begins=begins, wall_seconds=time.perf_counter() - started, **waits)

@@ -28,7 +28,9 @@ SAMPLES = 5
 PEAK = CPU_PEAKS["cpu"]["flops_per_second"] * 4  # the job's 4 devices together
 
 
-def run_case(tmp_path: Path, daemon: Daemon, case: str) -> tuple[Job, dict[str, Any]]:
+def run_case(
+    tmp_path: Path, daemon: Daemon, case: str, timeout: float = 90
+) -> tuple[Job, dict[str, Any]]:
     """Run the case until the ledger has SAMPLES samples; its snapshot and the job's truth."""
     out = tmp_path / f"{case}.json"
     script = f"import runpy, sys\nsys.argv = {[str(JOBS), case, str(out)]!r}\n"
@@ -42,7 +44,7 @@ def run_case(tmp_path: Path, daemon: Daemon, case: str) -> tuple[Job, dict[str, 
                 jobs = [j for j in client.get_snapshot().jobs if j.job_name == case]
                 return jobs[0] if jobs and jobs[0].ledger.samples >= SAMPLES else None
 
-            seen = wait_for(sampled, 90, f"{SAMPLES} execution samples of {case}")
+            seen = wait_for(sampled, timeout, f"{SAMPLES} execution samples of {case}")
         Path(f"{out}.stop").touch()
         assert job.popen.wait(60) == 0, job.log()
     finally:
@@ -106,8 +108,26 @@ def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str
         assert {p.name for p in job.programs if p.executions_per_step} == {"jit_step"}
 
 
-def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon) -> None:
-    job, truth = run_case(tmp_path, daemon, "unmarked")
+@pytest.mark.parametrize("case", ["slow_0.3", "slow_2"])
+def test_steps_longer_than_a_sample_are_held_whole(
+    tmp_path: Path, daemon: Daemon, case: str
+) -> None:
+    # A sample is configured for 1 s: 0.3 s steps fall across its ends, 2 s steps outlast it.
+    job, truth = run_case(tmp_path, daemon, case, timeout=150)
+    steps, util = job.steps, job.utilization
+    ran = [p.executions_per_step for p in job.programs if p.executions_per_step]
+    assert ran == [1.0], [(p.name, p.executions_per_step, p.executions) for p in job.programs]
+    assert close(steps.flops_per_step, truth["flops_per_step"], 0.02)
+    rate = own_rate(truth, job)
+    assert close(steps.steps_per_second, rate, 0.02), (steps.steps_per_second, rate)
+    assert close(util.achieved_flops_per_second, truth["flops_per_step"] * rate, 0.03)
+    assert close(util.hardware_flops_utilization_ratio, truth["flops_per_step"] * rate / PEAK,
+                 0.03)  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["unmarked", "slow_0.3_unmarked"])
+def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case: str) -> None:
+    job, truth = run_case(tmp_path, daemon, case, timeout=150)
     steps = job.steps
     assert steps.inferred and steps.inferred_from == "jit__layer"
     assert steps.steps_total == 0

@@ -36,8 +36,12 @@ def unclaimed_ids(programs: Sequence[Program], rates: LedgerRates) -> dict[str, 
     profiler's program id on GPU can differ from the module ids the agent read from the
     executable; the kernels still name their program. A name that several unclaimed ids share
     (two programs called ``jit_step``, whose ids the catalogue does not hold yet) is ambiguous:
-    those ids are left uncounted rather than all given to one program."""
+    those ids are left uncounted rather than all given to one program, unless the samples also
+    show ids the catalogue holds under that name. Then the ids match on this platform, and the
+    unclaimed ones are older executables of that name past the ids a program keeps (a function
+    compiled again every step): they stand for its newest program, whose cost is the one known."""
     claimed = {i for p in programs for i in p.program_ids}
+    seen_claimed = {name for i, name in rates.program_names.items() if i in claimed}
     newest: dict[str, Program] = {}
     for program in programs:
         known = newest.get(program.name)
@@ -50,8 +54,8 @@ def unclaimed_ids(programs: Sequence[Program], rates: LedgerRates) -> dict[str, 
     found: dict[str, tuple[int, ...]] = {}
     for name, ids in by_name.items():
         stands_for = newest.get(name)
-        if stands_for is not None and len(ids) == 1:
-            found[stands_for.fingerprint] = (ids[0],)
+        if stands_for is not None and (len(ids) == 1 or name in seen_claimed):
+            found[stands_for.fingerprint] = tuple(ids)
     return found
 
 
