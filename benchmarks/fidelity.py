@@ -69,7 +69,7 @@ def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
 
     rows: list[Row] = []
     cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "scan_layers",
-                                   "transformer", "slow_0.3", "slow_2"]  # fmt: skip
+                                   "transformer", "slow_0.3", "slow_2", "recompile"]  # fmt: skip
     for case in cases:
         (workdir / case).mkdir()
         job, truth = run_case(workdir / case, daemon, case, timeout=150)

@@ -276,17 +276,20 @@ def test_a_program_compiled_anew_every_step_counts_its_older_executables() -> No
     plane.stat_metadata[MODULE].CopyFrom(xp.XStatMetadata(id=MODULE, name="hlo_module"))
     line = plane.lines.add(name="tf_XLAPjRtCpuClient/1")
     for i in range(10):  # step i runs program 200 + i once, 3 ms after its begin at 20 ms * i
-        cpu_op(line, 200 + i, 9000 + i, 0, 3.0 + 20.0 * i, 5.0)
+        # The newest run longest: the sample's busiest program ran after its last begin, so
+        # it alone ran 0 times in the sample's 8 whole steps.
+        cpu_op(line, 200 + i, 9000 + i, 0, 3.0 + 20.0 * i, 5.0 + i)
         line.events[-1].stats.append(xp.XStat(metadata_id=MODULE, str_value="jit_fresh"))
     space = anchored(xp.XSpace(planes=[plane]), at_ms=0.0)
-    begins = [0.020 * i for i in range(10)]
-    now = ledger_rates([parse(space, 0.2, step_begins=begins, steps_marked=True,
-                              anchor_seconds=0.0)])  # fmt: skip
+    begins = [0.020 * i for i in range(9)]
+    reading = parse(space, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=0.0)
+    assert reading.dominant == 209 and 209 not in reading.executions
+    now = ledger_rates([reading])
     fresh = replace(program("fresh", (208, 209), 1e9), name="jit_fresh", compiled_at=9.0)
     extra = rates.unclaimed_ids([fresh], now)
     assert sorted(extra[fresh.fingerprint]) == list(range(200, 208))
     counted = rates.with_ledger(fresh, now, 50.0, extra[fresh.fingerprint])
-    assert counted.executions_per_step == pytest.approx(1.0)  # 9 whole steps, 9 executions
+    assert counted.executions_per_step == pytest.approx(1.0)  # 8 whole steps, 8 executions
     work = rates.executed_work([counted]).flops_per_step
     assert work == pytest.approx(1e9 * counted.num_devices)
 

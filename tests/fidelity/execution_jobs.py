@@ -26,7 +26,8 @@ Cases (the patterns the execution ledger must get right):
 * ``host_bound``: one device computes ~20 ms, then the host sleeps 40 ms.
 * ``transformer``: a small decoder-only transformer with declared model FLOPs (6·N·tokens).
 * ``slow_0.3``, ``slow_2`` (``_unmarked``): the ``aot`` step padded by host work to 0.3 s or
-  2 s, longer than a sample's configured duration.
+  2 s, longer than a sample's configured duration;
+* ``recompile``: a new program compiled and run every step (a fresh function each step).
 """
 
 from __future__ import annotations
@@ -103,6 +104,18 @@ def aot() -> Job:
 def slow(step_seconds: float) -> Job:
     job = aot()
     return Job(job.step, job.flops, job.analytic, step_seconds)
+
+
+def recompile() -> Job:
+    """A fresh function each step: jax compiles it again (a new program, the same cost)."""
+    x, w = _data()
+    flops = all_device_flops(jax.jit(lambda w, x: _layer(w, x)).lower(w, x).compile())
+
+    def step(_: int) -> None:
+        fresh = jax.jit(lambda w, x: _layer(w, x))
+        fresh(w, x).block_until_ready()
+
+    return Job(step, flops, 2 * matmul_flops(BATCH, WIDTH, WIDTH), step_seconds=0.3)
 
 
 def same_name() -> Job:
@@ -288,6 +301,8 @@ def main(case: str, out: Path) -> None:
         job = aot()
     elif case.startswith("slow_"):
         job = slow(float(case.split("_")[1]))
+    elif case == "recompile":
+        job = recompile()
     elif case == "same_name":
         job = same_name()
     elif case == "accumulate":

@@ -125,6 +125,15 @@ def test_steps_longer_than_a_sample_are_held_whole(
                  0.03)  # fmt: skip
 
 
+def test_a_job_compiling_a_new_program_every_step_has_its_flops_per_step(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    job, truth = run_case(tmp_path, daemon, "recompile", timeout=150)
+    assert close(job.steps.flops_per_step, truth["flops_per_step"], 0.02), [
+        (p.name, p.flops, p.executions_per_step, p.executions) for p in job.programs if p.executions
+    ]
+
+
 @pytest.mark.parametrize("case", ["unmarked", "slow_0.3_unmarked"])
 def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case: str) -> None:
     job, truth = run_case(tmp_path, daemon, case, timeout=150)

@@ -166,27 +166,27 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     stepped = [s for s in stepped if s.whole_periods] or stepped
     # The dominant program can differ between samples (two programs with about equal device
     # time): each sample's steps come from the ratio measured for its own dominant program.
-    ratios: defaultdict[int, list[float]] = defaultdict(list)
-    executions_of: defaultdict[int, float] = defaultdict(float)
-    steps_of: defaultdict[int, float] = defaultdict(float)
+    ratios: defaultdict[int | str, list[float]] = defaultdict(list)
+    executions_of: defaultdict[int | str, float] = defaultdict(float)
+    steps_of: defaultdict[int | str, float] = defaultdict(float)
     for sample in stepped:
         if sample.dominant is not None and sample.steps_in_core:
-            executions = sample.executions.get(sample.dominant, 0)
-            ratios[sample.dominant].append(executions / sample.steps_in_core)
-            executions_of[sample.dominant] += executions
-            steps_of[sample.dominant] += sample.steps_in_core
+            key, executions = dominant_runs(sample)
+            ratios[key].append(executions / sample.steps_in_core)
+            executions_of[key] += executions
+            steps_of[key] += sample.steps_in_core
     per_step = {
-        p: ratio
-        for p, r in ratios.items()
-        if executions_of[p]
-        and math.isfinite(ratio := per_step_ratio(r, executions_of[p] / steps_of[p]))
+        key: ratio
+        for key, r in ratios.items()
+        if executions_of[key]
+        and math.isfinite(ratio := per_step_ratio(r, executions_of[key] / steps_of[key]))
         and ratio > 0  # steps are divided by it
     }
-    steps = sum(
-        s.executions.get(s.dominant, 0) / per_step[s.dominant]
-        for s in stepped
-        if s.dominant in per_step
-    )
+    steps = 0.0
+    for sample in stepped:
+        key, executions = dominant_runs(sample)
+        if key in per_step:
+            steps += executions / per_step[key]
     if not steps:
         return {}, 0.0, 0.0
     counts: defaultdict[int, int] = defaultdict(int)
@@ -195,6 +195,22 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
             counts[program] += n
     stepped_core = sum(s.core_seconds for s in stepped)
     return {p: n / steps for p, n in counts.items()}, steps, stepped_core
+
+
+def dominant_runs(sample: SampleReading) -> tuple[int | str, int]:
+    """What a marked sample's dominant program is to its steps, and its executions: with every
+    program of the same name where the sample names them. A function compiled anew each step
+    runs a new executable (a new id) once a step, which alone is a fraction of a step's runs;
+    two programs both called ``jit_step`` each step are two runs a step, a whole number still.
+    Without markers the dominant program's own runs are the steps."""
+    dominant = sample.dominant
+    if dominant is None:
+        return -1, 0
+    name = sample.program_names.get(dominant)
+    if name is None or not sample.steps_marked:
+        return dominant, sample.executions.get(dominant, 0)
+    named = sum(n for p, n in sample.executions.items() if sample.program_names.get(p) == name)
+    return name, named
 
 
 def window_dominant(samples: Sequence[SampleReading]) -> int | None:
