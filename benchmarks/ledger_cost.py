@@ -38,6 +38,7 @@ import base64, json, sys, threading, time
 import jax, jax.numpy as jnp
 import xmon
 mode, seconds, interval, duration = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+inner = int(sys.argv[5])  # training steps per marked step: its length
 xmon.attach(job_name="bench", ledger=mode != "off",
             ledger_interval=float(interval), ledger_duration=float(duration))
 agent = xmon.agent.current()
@@ -73,7 +74,8 @@ loop_start = time.perf_counter()
 while time.perf_counter() - loop_start < seconds:
     wall, start = time.time(), time.perf_counter()
     with xmon.step():
-        w1, w2 = train_step(w1, w2, x)
+        for _ in range(inner):
+            w1, w2 = train_step(w1, w2, x)
         w1.block_until_ready()
     steps.append((wall, time.perf_counter() - start))
 elapsed = time.perf_counter() - loop_start
@@ -85,7 +87,7 @@ def inside(t):
     return any(a <= t <= b for a, b in windows)
 print(json.dumps({
     "steps": steps, "elapsed": elapsed, "sampler_busy": sampler_busy, "skipped": skipped,
-    "windows": windows,
+    "windows": windows, "recorded": [s.duration_seconds for s in sent],
     "gap_in": max((g for t, g in gaps if inside(t)), default=0.0),
     "gap_out": max((g for t, g in gaps if not inside(t)), default=0.0),
     "samples": [base64.b64encode(s.SerializeToString()).decode() for s in sent[:3]],
@@ -94,7 +96,7 @@ print(json.dumps({
 )
 
 
-def run_once(workdir: Path, socket: Path, mode: str, seconds: float) -> dict:
+def run_once(workdir: Path, socket: Path, mode: str, seconds: float, inner: int = 1) -> dict:
     script = workdir / "job.py"
     script.write_text(JOB)
     interval, duration = DEFAULT_INTERVAL, DEFAULT_DURATION
@@ -103,10 +105,47 @@ def run_once(workdir: Path, socket: Path, mode: str, seconds: float) -> dict:
     env = base_env(XMON_SOCKET=str(socket), JAX_PLATFORMS="cpu", XMON_QUIET="1",
                    XMON_LEDGER_FIRST_DELAY="2")  # fmt: skip
     result = subprocess.run(
-        [sys.executable, str(script), mode, str(seconds), str(interval), str(duration)],
+        [sys.executable, str(script), mode, str(seconds), str(interval), str(duration),
+         str(inner)],
         capture_output=True, text=True, env=env, cwd=REPO, check=True,
     )  # fmt: skip
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# Step lengths the ledger's overhead is held to (< 0.3 % of step time at its default duty):
+# a short step and a long one, each a whole number of the MLP's training steps.
+STEP_LANES = {"10 ms": 0.010, "2 s": 2.0}
+LANE_SECONDS = {"10 ms": 40.0, "2 s": 24.0}  # per run: the long lane's run holds one sample
+
+
+def lane_rows(workdir: Path, socket: Path, one_step: float, repetitions: int) -> list[list[str]]:
+    """Per step length: the cost of one sample (the sampler thread's time and the extra time of
+    the steps it overlapped) spread over the default duty's spacing after such a sample (a long
+    sample waits longer: xmon.agent.sampler.next_delay), as a share of the job's time."""
+    from xmon.agent.sampler import LedgerConfig, next_delay
+
+    rows = []
+    quick = repetitions == 1
+    for label, target in STEP_LANES.items():
+        if quick and target > 1.0:
+            continue  # a quick run only checks the lanes run
+        inner = max(1, round(target / one_step))
+        seconds = 6.0 if quick else LANE_SECONDS[label]
+        off = [run_once(workdir, socket, "off", seconds, inner) for _ in range(repetitions)]
+        on = [run_once(workdir, socket, "default", seconds, inner) for _ in range(repetitions)]
+        base = summary([summary([s for _, s in r["steps"]])["median"] for r in off])["median"]
+        samples = sum(len(r["windows"]) for r in on)
+        if not samples:
+            rows.append([label, f"{base * 1e3:.1f} ms", "0", "—", "—", "—", "—"])
+            continue
+        cost = sum(r["sampler_busy"] + in_sample_excess(r, base) for r in on) / samples
+        recorded = summary([t for r in on for t in r["recorded"]])["median"]
+        spacing = next_delay(LedgerConfig(), recorded)
+        rows.append([
+            label, f"{base * 1e3:.1f} ms", str(samples), f"{recorded:.2f} s",
+            f"{cost * 1e3:.1f} ms", f"{spacing:.0f} s", f"{cost / spacing * 100:.3f} %",
+        ])  # fmt: skip
+    return rows
 
 
 def in_sample_excess(out: dict, base_step: float) -> float:
@@ -145,10 +184,12 @@ def main(quick: bool = False) -> str:
             for _ in range(repetitions):
                 for mode in modes:
                     runs[mode].append(run_once(Path(tmp), daemon.socket_path, mode, seconds))
+            medians = {m: [summary([s for _, s in r["steps"]])["median"] for r in runs[m]]
+                       for m in modes}  # fmt: skip
+            base = summary(medians["off"])["median"]
+            lanes = lane_rows(Path(tmp), daemon.socket_path, base, repetitions)
         finally:
             daemon.stop()
-    medians = {m: [summary([s for _, s in r["steps"]])["median"] for r in runs[m]] for m in modes}
-    base = summary(medians["off"])["median"]
     rows, encoded = [], []
     for mode, label in (("off", "ledger off"), ("default", "default duty"),
                         ("10x", "10× duty")):  # fmt: skip
@@ -191,6 +232,24 @@ def main(quick: bool = False) -> str:
                 "longest GIL wait outside",
             ],
             rows,
+        )  # fmt: skip
+        + "\n\nBy step length (budget: under 0.3 % of step time at the default duty). The "
+        "same MLP step run k times per marked step; a sample holds whole steps, so a long step's "
+        "sample lasts about a step, and the next waits longer to keep the 1 % duty "
+        "(`next_delay`). Overhead = one sample's cost (the sampler thread's time and the extra "
+        "time of the steps it overlapped, against the ledger-off median in the same run) over "
+        "the spacing after such a sample.\n\n"
+        + table(
+            [
+                "step",
+                "median step (ledger off)",
+                "samples",
+                "sample length",
+                "cost per sample",
+                "spacing at default duty",
+                "overhead",
+            ],
+            lanes,
         )  # fmt: skip
         + f"\n\nA sample of this job is {size / 1024:.0f} KiB of XSpace (median); the daemon "
         f"parses one in {parse * 1e3:.1f} ms. For 4 such agents at the default pace that is "

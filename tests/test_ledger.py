@@ -11,12 +11,18 @@ import pytest
 
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution import rates
-from xmon.execution.ledger import JobLedger, ledger_rates, nearest_whole, per_step_ratio
+from xmon.execution.ledger import (
+    JobLedger,
+    ledger_rates,
+    nearest_whole,
+    per_step_ratio,
+    unmarked_sample_seconds,
+)
 from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.proto import xplane_pb2 as xp
-from xmon.wire import SAMPLE_ANCHOR
+from xmon.wire import SAMPLE_ANCHOR, SAMPLE_RECORD_MAX_SECONDS
 
 PROGRAM, RUN, ORDINAL, OP, MODULE = 1, 2, 3, 4, 5  # stat metadata ids
 MS = 10**9  # picoseconds
@@ -472,3 +478,25 @@ def test_samples_from_before_the_first_marked_step_count_no_steps() -> None:
     per_step = ledger_rates([start_up, stepping]).executions_per_step
     # what ran at start-up is not part of a step (program 9 ran 20 times there)
     assert per_step == {7: pytest.approx(1.0), 9: pytest.approx(5 / 9)}
+
+
+def test_a_job_without_markers_is_asked_for_samples_that_hold_whole_periods() -> None:
+    # Steps of 150 ms in a 200 ms sample: two starts, one period; 3.5 periods are asked for.
+    two = parse(periodic_space(150.0, 2), duration=0.2)
+    assert not two.whole_periods and two.dominant_period == pytest.approx(0.150)
+    assert unmarked_sample_seconds(two) == pytest.approx(0.525)
+    # One start (a step longer than the sample): four times as long, then as asked.
+    one = parse(periodic_space(300.0, 1), duration=0.2)
+    assert one.dominant_period is None and unmarked_sample_seconds(one) == pytest.approx(0.8)
+    whole = parse(periodic_space(20.0, 10), duration=0.2)
+    assert unmarked_sample_seconds(whole) is None  # whole periods: as configured
+    marked = parse(periodic_space(150.0, 2), 0.2, step_begins=[0.01], steps_marked=True)
+    assert unmarked_sample_seconds(marked) is None  # markers: the agent holds whole steps
+    huge = replace(two, dominant_period=1000.0)
+    assert unmarked_sample_seconds(huge) == SAMPLE_RECORD_MAX_SECONDS
+    # The ledger asks for the longest length wanted so far, never shorter again.
+    ledger = JobLedger()
+    assert ledger.sample_seconds_wanted is None
+    for reading, wanted in ((one, 0.8), (two, 0.8), (whole, 0.8)):
+        ledger.add(reading)
+        assert ledger.sample_seconds_wanted == pytest.approx(wanted)

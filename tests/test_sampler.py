@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 from jax._src import profiler as jax_profiler
 
+from xmon.agent.commands import CommandRunner
 from xmon.agent.sampler import (
     MAX_SAMPLE_SECONDS,
     ExecutionSampler,
@@ -177,3 +178,22 @@ def test_bad_settings_are_one_clear_error(env: dict[str, str], message: str) -> 
 def test_the_ledger_can_be_turned_off() -> None:
     assert not LedgerConfig.from_env({"XMON_LEDGER": "off"}).enabled
     assert LedgerConfig.from_env({}) == LedgerConfig()
+
+
+def test_the_daemons_ask_for_longer_samples_of_a_job_without_markers() -> None:
+    ledger, _ = sampler()
+    ledger.ask_length(7.0)
+    assert ledger.unmarked_seconds == 7.0
+    for wrong in (float("nan"), float("inf"), -1.0, 0.0):
+        ledger.ask_length(wrong)
+        assert ledger.unmarked_seconds == 7.0
+    ledger.ask_length(0.01)  # never shorter than configured
+    assert ledger.unmarked_seconds == 0.2
+    ledger.ask_length(1e9)  # never longer than the longest sample
+    assert ledger.unmarked_seconds == MAX_SAMPLE_SECONDS
+    # The agent's command runner hands the ask over and sends no result for it.
+    replies: list[xmon_pb2.CommandResult] = []
+    runner = CommandRunner(replies.append)
+    runner.sample_length_listener = ledger.ask_length
+    runner.submit(xmon_pb2.DaemonCommand(sample_length=xmon_pb2.SampleLength(seconds=3.5)))
+    assert ledger.unmarked_seconds == 3.5 and replies == []

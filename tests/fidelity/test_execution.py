@@ -134,7 +134,7 @@ def test_a_job_compiling_a_new_program_every_step_has_its_flops_per_step(
     ]
 
 
-@pytest.mark.parametrize("case", ["unmarked", "slow_0.3_unmarked"])
+@pytest.mark.parametrize("case", ["unmarked", "slow_0.3_unmarked", "slow_2_unmarked"])
 def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case: str) -> None:
     job, truth = run_case(tmp_path, daemon, case, timeout=150)
     steps = job.steps

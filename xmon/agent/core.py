@@ -94,6 +94,7 @@ class Agent:
             step_begins=lambda: self.steps.begin_times,
             capabilities=self.capabilities,
         )
+        self._commands.sample_length_listener = self.sampler.ask_length
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._seq = 0

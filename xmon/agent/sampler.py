@@ -23,8 +23,9 @@ steps are long (a second or more) the session opens a tenth of a step before the
 so a sample lasts about one step, not two. The duty cycle stays what ``duration`` / ``interval``
 says: after a sample of ``recorded`` seconds the next one waits ``recorded / duty``, so a job of
 10 s steps is sampled about every 20 minutes and its first numbers come one sample after
-``first_delay``. A job without markers records ``duration`` seconds; its steps are inferred from
-whole periods of its busiest program in the daemon.
+``first_delay``. A job without markers records ``duration`` seconds, or longer where the daemon
+asks (``SampleLength``): its steps are inferred from whole periods of its busiest program, and a
+sample of long steps holds too few of them.
 
 The default duty cycle (``DEFAULT_DURATION`` / ``DEFAULT_INTERVAL``) was chosen by measurement;
 see docs/benchmarks.md ("Execution ledger").
@@ -137,6 +138,15 @@ class ExecutionSampler:
         self.last_recorded = 0.0  # seconds the latest sample recorded (0: none taken)
         self._start_cost = 0.1  # seconds the latest session took to start recording
         self._not_stepping = False  # the latest try found a marked job not stepping
+        # What a job without markers records: longer where the daemon asks (ask_length)
+        self.unmarked_seconds = config.duration
+
+    def ask_length(self, seconds: float) -> None:
+        """The daemon's ask for longer samples of a job without markers (its samples held too
+        few starts of its busiest program): taken within the configured duration and
+        MAX_SAMPLE_SECONDS; anything else is ignored."""
+        if math.isfinite(seconds) and seconds > 0:
+            self.unmarked_seconds = min(MAX_SAMPLE_SECONDS, max(self.config.duration, seconds))
 
     def start(self) -> None:
         if not self.config.enabled:
@@ -230,7 +240,7 @@ class ExecutionSampler:
         if marked:
             self._record_whole_steps(running)
         else:
-            self._stop.wait(self.config.duration)
+            self._stop.wait(self.unmarked_seconds)
         stopping = time.perf_counter()
         data = session.stop()  # collects what was recorded until now
         self.busy_seconds += (running - opened) + (time.perf_counter() - stopping)

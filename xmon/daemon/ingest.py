@@ -186,6 +186,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         if kind == "report":
             hub.counters.reports_received += 1
             state.apply(message.report, time.time(), time.monotonic())  # scrubs it
+            _ask_sample_length(state, link)
         elif kind == "result":
             link.resolve(message.result)
         elif kind == "execution_sample":
@@ -197,6 +198,17 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         else:
             hub.counters.reports_rejected += 1
         return True
+
+
+def _ask_sample_length(state: JobState, link: AgentLink) -> None:
+    """Ask the agent for the sample length its job needs, once it changed (xmon.execution.
+    ledger: samples of a job without markers too short for its steps)."""
+    wanted = state.ledger.sample_seconds_wanted
+    if wanted is None or wanted == state.sample_seconds_told:
+        return
+    length = xmon_pb2.SampleLength(seconds=wanted)
+    if link.tell(xmon_pb2.DaemonCommand(sample_length=length)):
+        state.sample_seconds_told = wanted
 
 
 async def _first_message(

@@ -76,6 +76,7 @@ class JobState:
     budget: StateBudget = field(default_factory=StateBudget)  # shared by the daemon's jobs
     held_bytes: int = 0  # estimated bytes this job's state holds (see xmon.daemon.bounds)
     pid_verified: bool = False  # the claimed process holds a connection (xmon.daemon.peers)
+    sample_seconds_told: float | None = None  # the sample length the agent was last asked for
     _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

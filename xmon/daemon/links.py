@@ -48,6 +48,17 @@ class AgentLink:
         self._pending[command.command_id] = future
         return future
 
+    def tell(self, command: xmon_pb2.DaemonCommand) -> bool:
+        """Queue a command that has no result (a setting); False where the outbox is full or
+        the stream is gone (the next report tries again)."""
+        if self.closed:
+            return False
+        try:
+            self.outbox.put_nowait(xmon_pb2.DaemonMessage(command=command))
+        except asyncio.QueueFull:
+            return False
+        return True
+
     def resolve(self, result: xmon_pb2.CommandResult) -> bool:
         """Hand a result to its waiting command; False if nobody waits (late or unknown)."""
         future = self._pending.pop(result.command_id, None)

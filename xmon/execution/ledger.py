@@ -12,8 +12,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xmon.execution.samples import SampleReading
+from xmon.wire import SAMPLE_RECORD_MAX_SECONDS
 
 DEFAULT_WINDOW_SAMPLES = 6
+# A sample of a job without markers holds whole periods of its busiest program from three
+# starts on (samples.MIN_CORE_EXECUTIONS); asked for 3.5 periods, one started late still does.
+PERIODS_WANTED = 3.5
+LENGTHEN_UNKNOWN = 4.0  # with under two starts seen, the next sample is this much longer
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class JobLedger:
         # (program id, wall clock at the sample's end) of the program last seen starting, kept
         # past the window: a stalled job's samples show nothing running
         self.last_seen: tuple[int, float] | None = None
+        # How long the job's samples should record, where they are too short to hold whole
+        # periods of its busiest program (no markers, long steps); None: as configured.
+        self.sample_seconds_wanted: float | None = None
 
     def add(self, reading: SampleReading) -> None:
         if reading.steps_marked and not all(r.steps_marked for r in self._samples):
@@ -62,6 +70,9 @@ class JobLedger:
             )
         self._samples.append(reading)
         self._rates = None
+        wanted = unmarked_sample_seconds(reading)
+        if wanted is not None and wanted > (self.sample_seconds_wanted or 0.0):
+            self.sample_seconds_wanted = wanted
         if reading.last_started is not None:
             self.last_seen = (reading.last_started, reading.started_at + reading.duration_seconds)
 
@@ -69,6 +80,20 @@ class JobLedger:
         if self._rates is None:
             self._rates = ledger_rates(self._samples)
         return self._rates
+
+
+def unmarked_sample_seconds(reading: SampleReading) -> float | None:
+    """How long a job without markers should record its samples to hold whole periods of its
+    busiest program, where ``reading`` did not (None where it did, or the job marks steps):
+    PERIODS_WANTED of its period where two starts gave one, else LENGTHEN_UNKNOWN times this
+    sample (a step longer than it), at most the longest sample."""
+    if reading.steps_marked or reading.whole_periods or reading.dominant is None:
+        return None
+    if reading.dominant_period is not None:
+        wanted = PERIODS_WANTED * reading.dominant_period
+    else:
+        wanted = LENGTHEN_UNKNOWN * reading.duration_seconds
+    return min(SAMPLE_RECORD_MAX_SECONDS, wanted)
 
 
 def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:

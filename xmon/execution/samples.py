@@ -140,6 +140,9 @@ class SampleReading:
     # program id -> its name (``jit_step``) where the sample names it (GPU kernels do): the
     # daemon's fallback where the job's catalogue holds other ids for the same program.
     program_names: Mapping[int, str] = field(default_factory=dict)
+    # The median interval between the dominant program's starts (None below two starts): how
+    # long a sample of a job without markers must be to hold whole periods of it.
+    dominant_period: float | None = None
 
 
 class _Intervals:
@@ -194,31 +197,34 @@ class _SampleParser:
         self.named_programs: defaultdict[str, set[int]] = defaultdict(set)
         self.anchor_ps: int | None = None  # when the agent's anchor annotation began
 
-    def _find_anchor(
-        self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine]
-    ) -> Iterable[xplane_pb2.XLine]:
-        """``lines``, noting the anchor annotation's start where this plane has one."""
-        anchors = {key for key, meta in plane.event_metadata.items() if meta.name == SAMPLE_ANCHOR}
-        if not anchors or self.anchor_ps is not None:
-            yield from lines
-            return
-        for line in lines:
-            for event in line.events:
-                if event.metadata_id in anchors and self.anchor_ps is None:
-                    self.anchor_ps = line.timestamp_ns * 1000 + event.offset_ps
-            yield line
+    def _anchor_ids(self, plane: xplane_pb2.XPlane) -> frozenset[int]:
+        """The event metadata ids of the agent's anchor annotation in ``plane`` (none once an
+        anchor was found: the first one is the agent's)."""
+        if self.anchor_ps is not None:
+            return frozenset()
+        return frozenset(
+            k for k, meta in plane.event_metadata.items() if meta.name == SAMPLE_ANCHOR
+        )
+
+    def _note_anchor(self, line: xplane_pb2.XLine, anchors: frozenset[int]) -> None:
+        for event in line.events:
+            if event.metadata_id in anchors:
+                self.anchor_ps = line.timestamp_ns * 1000 + event.offset_ps
+                return
 
     def add_plane(
         self, plane: xplane_pb2.XPlane, lines: Iterable[xplane_pb2.XLine] | None = None
     ) -> None:
         """Read a plane: its header (metadata) and ``lines``, by default its own."""
-        lines = self._find_anchor(plane, plane.lines if lines is None else lines)
+        lines = plane.lines if lines is None else lines
+        anchors = self._anchor_ids(plane)
         names = {key: meta.name for key, meta in plane.stat_metadata.items()}
         ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP, HLO_MODULE,
                                LAUNCH_NAME))  # fmt: skip
         if ids[PROGRAM_ID] is None and (ids[RUN_ID] is None or ids[LAUNCH_NAME] is None):
-            for _line in lines:  # python, host threads without XLA ops or launches; an anchor
-                pass
+            for line in lines if anchors else ():  # python, host threads without XLA ops or
+                if self.anchor_ps is None:  # launches: read only for the anchor
+                    self._note_anchor(line, anchors)
             return
         match = _DEVICE_PLANE.match(plane.name)
         plane_device = int(match["index"]) if match else None
@@ -229,6 +235,8 @@ class _SampleParser:
             if meta.stats
         }
         for line in lines:
+            if anchors and self.anchor_ps is None:
+                self._note_anchor(line, anchors)
             on_modules = line.name == MODULES_LINE
             if line.name in _SUMMARY_LINES and not on_modules:
                 continue
@@ -451,7 +459,14 @@ def _reading(
         last_started=max(
             (p for p in starts if starts[p]), key=lambda p: max(starts[p]), default=None
         ),
+        dominant_period=_median_interval(starts[dominant]) if dominant is not None else None,
     )
+
+
+def _median_interval(starts: Sequence[int]) -> float | None:
+    """The median interval between consecutive (sorted) starts, in seconds."""
+    intervals = sorted(b - a for a, b in itertools.pairwise(starts))
+    return intervals[len(intervals) // 2] / 1e12 if intervals else None
 
 
 def _dominant(starts: Mapping[int, list[int]], program_seconds: Mapping[int, float]) -> int | None:

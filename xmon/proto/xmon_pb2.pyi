@@ -450,17 +450,25 @@ class GetHlo(_message.Message):
     fingerprint: str
     def __init__(self, fingerprint: _Optional[str] = ...) -> None: ...
 
+class SampleLength(_message.Message):
+    __slots__ = ("seconds",)
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    seconds: float
+    def __init__(self, seconds: _Optional[float] = ...) -> None: ...
+
 class DaemonCommand(_message.Message):
-    __slots__ = ("command_id", "start_trace", "save_memory_profile", "get_hlo")
+    __slots__ = ("command_id", "start_trace", "save_memory_profile", "get_hlo", "sample_length")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     START_TRACE_FIELD_NUMBER: _ClassVar[int]
     SAVE_MEMORY_PROFILE_FIELD_NUMBER: _ClassVar[int]
     GET_HLO_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_LENGTH_FIELD_NUMBER: _ClassVar[int]
     command_id: int
     start_trace: StartTrace
     save_memory_profile: SaveMemoryProfile
     get_hlo: GetHlo
-    def __init__(self, command_id: _Optional[int] = ..., start_trace: _Optional[_Union[StartTrace, _Mapping]] = ..., save_memory_profile: _Optional[_Union[SaveMemoryProfile, _Mapping]] = ..., get_hlo: _Optional[_Union[GetHlo, _Mapping]] = ...) -> None: ...
+    sample_length: SampleLength
+    def __init__(self, command_id: _Optional[int] = ..., start_trace: _Optional[_Union[StartTrace, _Mapping]] = ..., save_memory_profile: _Optional[_Union[SaveMemoryProfile, _Mapping]] = ..., get_hlo: _Optional[_Union[GetHlo, _Mapping]] = ..., sample_length: _Optional[_Union[SampleLength, _Mapping]] = ...) -> None: ...
 
 class DaemonMessage(_message.Message):
     __slots__ = ("welcome", "command")
