@@ -65,15 +65,18 @@ def program_rows(quick: bool) -> list[Row]:
 
 
 def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
-    from test_execution import PEAK, own_rate, run_case
+    from test_execution import PEAK, SAMPLES, own_rate, run_case
 
     rows: list[Row] = []
     cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "scan_layers",
-                                   "transformer", "slow_0.3", "slow_2", "recompile"]  # fmt: skip
+                                   "transformer", "slow_0.3", "slow_2", "slow_10",
+                                   "recompile"]  # fmt: skip
     for case in cases:
         (workdir / case).mkdir()
-        job, truth = run_case(workdir / case, daemon, case, timeout=150)
-        rate = own_rate(truth, job)
+        ten = case == "slow_10"  # samples 20 s apart: two of them, over 4 steps
+        job, truth = run_case(workdir / case, daemon, case, timeout=200 if ten else 150,
+                              samples=2 if ten else SAMPLES)  # fmt: skip
+        rate = own_rate(truth, job, min_steps=4 if ten else 16)
         flops, util = truth["flops_per_step"], job.utilization
         rows += [
             [case, "hardware FLOPs / step", number(flops), number(job.steps.flops_per_step),
@@ -182,10 +185,11 @@ CANNOT_KNOW = """\
   their rate comes from the profiler samples, which run while the profiler slows the job a few
   percent on CPU (the `unmarked` rows). A program run k times a step (gradient accumulation)
   with no markers makes k inferred steps per real step: mark steps (`xmon.step()`) there. A
-  sample of a job without markers lasts its configured duration (0.2 s by default), which holds
-  whole periods of the busiest program only for steps shorter than about a third of it; longer
-  unmarked steps give no inferred rate. Marked steps of any length up to 60 s are held whole
-  (the `slow_` rows: 0.3 s and 2 s steps sampled for a configured 1 s).
+  sample of a job without markers lasts its configured duration (0.2 s by default) until the
+  daemon, seeing too few runs of the busiest program in it, asks for longer ones (3.5 of its
+  periods): the first inferred numbers of a job of 2 s steps come a few samples later than a
+  marked job's. Marked steps of any length up to 60 s are held whole from the first sample
+  (the `slow_` rows: 0.3 s, 2 s and 10 s steps sampled for a configured 1 s).
 - **Device busy ratio on CPU**: virtual CPU devices share the host's cores, so each device's
   ratio is its own op time; on GPU and TPU each device is its own hardware.
 - **Device memory on CPU**: one reading costs a walk of `jax.live_arrays()`; readings are paced

@@ -25,8 +25,8 @@ Cases (the patterns the execution ledger must get right):
 * ``scan_layers``: a scan over layers with ``jax.checkpoint`` and ``jax.grad`` as the step;
 * ``host_bound``: one device computes ~20 ms, then the host sleeps 40 ms.
 * ``transformer``: a small decoder-only transformer with declared model FLOPs (6·N·tokens).
-* ``slow_0.3``, ``slow_2`` (``_unmarked``): the ``aot`` step padded by host work to 0.3 s or
-  2 s, longer than a sample's configured duration;
+* ``slow_0.3``, ``slow_2``, ``slow_10`` (``_unmarked``): the ``aot`` step padded by host work
+  to 0.3 s, 2 s or 10 s, longer than a sample's configured duration;
 * ``recompile``: a new program compiled and run every step (a fresh function each step).
 """
 

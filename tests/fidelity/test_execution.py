@@ -29,9 +29,10 @@ PEAK = CPU_PEAKS["cpu"]["flops_per_second"] * 4  # the job's 4 devices together
 
 
 def run_case(
-    tmp_path: Path, daemon: Daemon, case: str, timeout: float = 90
+    tmp_path: Path, daemon: Daemon, case: str, timeout: float = 90, samples: int = SAMPLES
 ) -> tuple[Job, dict[str, Any]]:
-    """Run the case until the ledger has SAMPLES samples; its snapshot and the job's truth."""
+    """Run the case until the ledger has ``samples`` samples; its snapshot and the job's
+    truth."""
     out = tmp_path / f"{case}.json"
     script = f"import runpy, sys\nsys.argv = {[str(JOBS), case, str(out)]!r}\n"
     script += f"runpy.run_path({str(JOBS)!r}, run_name='__main__')\n"
@@ -42,9 +43,9 @@ def run_case(
             def sampled() -> Job | None:
                 assert job.alive(), job.log()
                 jobs = [j for j in client.get_snapshot().jobs if j.job_name == case]
-                return jobs[0] if jobs and jobs[0].ledger.samples >= SAMPLES else None
+                return jobs[0] if jobs and jobs[0].ledger.samples >= samples else None
 
-            seen = wait_for(sampled, timeout, f"{SAMPLES} execution samples of {case}")
+            seen = wait_for(sampled, timeout, f"{samples} execution samples of {case}")
         Path(f"{out}.stop").touch()
         assert job.popen.wait(60) == 0, job.log()
     finally:
@@ -58,13 +59,13 @@ def _stop(job: Proc) -> None:
         job.stop()
 
 
-def own_rate(truth: dict[str, Any], job: Job) -> float:
+def own_rate(truth: dict[str, Any], job: Job, min_steps: int = 16) -> float:
     """The job's steps/s over the very steps whose durations the daemon's window holds: the
     job's own step begins are matched to that window by their intervals."""
     begins = truth["begins"]
     own = [b - a for a, b in zip(begins, begins[1:], strict=False)]
     window = list(job.steps.window)
-    assert len(window) >= 16 and len(own) >= len(window)
+    assert len(window) >= min_steps and len(own) >= len(window)
     offsets = range(len(own) - len(window) + 1)
     best = min(offsets, key=lambda k: sum(abs(own[k + i] - w) for i, w in enumerate(window)))
     matched = own[best : best + len(window)]
@@ -108,17 +109,20 @@ def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str
         assert {p.name for p in job.programs if p.executions_per_step} == {"jit_step"}
 
 
-@pytest.mark.parametrize("case", ["slow_0.3", "slow_2"])
+@pytest.mark.parametrize("case", ["slow_0.3", "slow_2", "slow_10"])
 def test_steps_longer_than_a_sample_are_held_whole(
     tmp_path: Path, daemon: Daemon, case: str
 ) -> None:
-    # A sample is configured for 1 s: 0.3 s steps fall across its ends, 2 s steps outlast it.
-    job, truth = run_case(tmp_path, daemon, case, timeout=150)
+    # A sample is configured for 1 s: 0.3 s steps fall across its ends, 2 s and 10 s steps
+    # outlast it. Samples of 10 s steps are 20 s apart (the duty): two of them, over 4 steps.
+    ten = case == "slow_10"
+    job, truth = run_case(tmp_path, daemon, case, timeout=200 if ten else 150,
+                          samples=2 if ten else SAMPLES)  # fmt: skip
     steps, util = job.steps, job.utilization
     ran = [p.executions_per_step for p in job.programs if p.executions_per_step]
     assert ran == [1.0], [(p.name, p.executions_per_step, p.executions) for p in job.programs]
     assert close(steps.flops_per_step, truth["flops_per_step"], 0.02)
-    rate = own_rate(truth, job)
+    rate = own_rate(truth, job, min_steps=4 if ten else 16)
     assert close(steps.steps_per_second, rate, 0.02), (steps.steps_per_second, rate)
     assert close(util.achieved_flops_per_second, truth["flops_per_step"] * rate, 0.03)
     assert close(util.hardware_flops_utilization_ratio, truth["flops_per_step"] * rate / PEAK,
