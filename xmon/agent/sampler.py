@@ -46,14 +46,14 @@ from typing import Any
 from xmon.agent import internals
 from xmon.agent.capabilities import Capabilities
 from xmon.proto import xmon_pb2
-from xmon.wire import SAMPLE_ANCHOR, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire import SAMPLE_ANCHOR, SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
 
 log = logging.getLogger("xmon.agent")
 
 DEFAULT_INTERVAL = 20.0
 DEFAULT_DURATION = 0.2
 FIRST_DELAY = 5.0  # after attach: let start-up compiles pass
-MAX_SAMPLE_BYTES = 8 * 1024 * 1024  # a sample larger than this is dropped, not sent
+MAX_SAMPLE_BYTES = SAMPLE_MAX_BYTES  # a sample larger than the daemon reads is dropped, not sent
 JITTER = 0.2  # the interval varies by up to this share either way
 MAX_STEP_BEGINS = 4096
 STOP_WAIT_SECONDS = 30.0  # collecting a session takes seconds on a loaded host

@@ -23,6 +23,7 @@ from typing import TypeVar
 from google.protobuf.message import DecodeError
 
 from xmon.proto import xplane_pb2
+from xmon.wire import SAMPLE_MAX_BYTES
 
 SPACE_PLANES = 1
 PLANE_LINES, PLANE_EVENT_METADATA, PLANE_STAT_METADATA = 3, 4, 5
@@ -49,7 +50,7 @@ class SpaceBounds:
 
 # An execution sample is 0.2 s of a job: a busy GPU job records a few thousand ops a device.
 SAMPLE_BOUNDS = SpaceBounds(
-    max_bytes=16 << 20, max_planes=1024, max_events=131_072, max_metadata=65_536,
+    max_bytes=SAMPLE_MAX_BYTES, max_planes=1024, max_events=131_072, max_metadata=65_536,
     max_programs=4096, max_devices=1024, max_runs=65_536,
 )  # fmt: skip
 # A capture is seconds of a job, every op traced: larger, and read once per capture.
