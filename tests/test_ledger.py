@@ -108,45 +108,36 @@ def anchored(space: xp.XSpace, at_ms: float, line_ns: int = 0) -> xp.XSpace:
     return space
 
 
-@pytest.mark.parametrize("length_ms", [30.0, 170.0])
-def test_anchored_begins_count_the_executions_of_whole_steps(length_ms: float) -> None:
-    # Steps of 40 ms running program 7 twice (every 20 ms, 3 ms after the begin). The agent's
-    # clock reads 0.5 ms where the XSpace's reads 2 ms: its begins at 0.5 ms + 40 ms * i are at
-    # 2 ms + 40 ms * i in the XSpace. From one step to four, the counts are of whole steps.
-    steps = int(length_ms // 40) + 1
-    begins = [0.0005 + 0.040 * i for i in range(steps + 1)]
-    space = anchored(periodic_space(20.0, 2 * steps + 2, offset_ms=3.0), at_ms=2.0)
-    reading = parse(space, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=0.0005)
-    assert reading.whole_periods and reading.steps_in_core == steps
-    assert reading.core_seconds == pytest.approx(0.040 * steps)
-    assert reading.executions[7] == 2 * steps
-    assert ledger_rates([reading]).executions_per_step[7] == 2.0
-    # The XSpace's clock reading a second more everywhere changes nothing.
-    later = periodic_space(20.0, 2 * steps + 2)
-    later.planes[0].lines[0].timestamp_ns = 10**9
-    shifted = anchored(later, at_ms=2.0, line_ns=10**9)
-    again = parse(shifted, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=0.0005)
-    assert again.executions[7] == 2 * steps
-
-
-def test_one_step_longer_than_the_old_sample_counts_one_execution_per_step() -> None:
-    # A 300 ms step: a 200 ms window of rates saw 1.5 executions per step. Held whole, 1.
+@pytest.mark.parametrize("line_ns", [0, 10**9])
+def test_long_steps_are_counted_whole_between_anchored_begins(line_ns: int) -> None:
+    # 300 ms steps, each running program 7 once, 1 ms after its begin: a 0.5 s sample holds
+    # two starts, no core window, and one whole step between its two begins. The agent's clock
+    # reads 0.5 ms where the XSpace's reads 2 ms (plus the lines' own timestamp, whatever it is).
     space = xp.XSpace(planes=[host_plane()])
-    line = space.planes[0].lines.add(name="tf_XLAPjRtCpuClient/1")
-    for i, start in enumerate((5.0, 305.0, 605.0)):
+    line = space.planes[0].lines.add(name="tf_XLAPjRtCpuClient/1", timestamp_ns=line_ns)
+    for i, start in enumerate((4.5, 304.5)):
         cpu_op(line, 7, 100 + i, 0, start, 250.0)
-    anchored(space, at_ms=1.0)
-    reading = parse(space, 0.62, step_begins=[0.004, 0.304], steps_marked=True,
-                    anchor_seconds=0.0)  # fmt: skip
-    assert reading.executions == {7: 1} and reading.steps_in_core == 1
+    anchored(space, at_ms=2.0, line_ns=line_ns)
+    begins = [0.002, 0.302]  # 3.5 ms and 303.5 ms on the XSpace's clock
+    reading = parse(space, 0.5, step_begins=begins, steps_marked=True, anchor_seconds=0.0005)
+    assert reading.whole_periods and reading.steps_in_core == 1
+    assert reading.executions == {7: 1} and reading.core_seconds == pytest.approx(0.300)
     assert ledger_rates([reading]).executions_per_step == {7: 1.0}
+    # A 200 ms window of rates saw 1.5 executions per step of such a job; without the anchor
+    # the sample is no whole periods, and its guess is not used beside whole ones.
+    guess = parse(space, 0.5, step_begins=begins, steps_marked=True)
+    assert not guess.whole_periods
 
 
-def test_without_the_anchor_marked_begins_give_a_rate_as_before() -> None:
+def test_whole_periods_keep_their_rates_beside_anchored_begins() -> None:
+    # Program 7 every 20 ms, step markers every 40 ms: the core window's two rates, as
+    # before, whether or not the sample is anchored.
     begins = [0.001 + 0.040 * i for i in range(5)]
-    reading = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True,
-                    anchor_seconds=0.001)  # fmt: skip
-    assert reading.steps_in_core == pytest.approx(0.180 / 0.040)
+    space = anchored(periodic_space(20.0, 10), at_ms=1.0)
+    for anchor in (None, 0.0):
+        reading = parse(space, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=anchor)
+        assert reading.steps_in_core == pytest.approx(0.180 / 0.040)
+        assert ledger_rates([reading]).executions_per_step[7] == pytest.approx(2.0)
 
 
 def test_marked_job_with_no_step_in_the_sample_counts_no_steps() -> None:

@@ -87,8 +87,16 @@ def test_a_sample_holds_whole_marked_steps_counted_by_the_daemon(step_seconds: f
     reading = parse_sample(sample.xspace, sample.started_at, sample.duration_seconds, begins,
                            True, sample.anchor_seconds)  # fmt: skip
     steps = len(begins) - 1
-    assert reading.steps_in_core == steps and reading.whole_periods
-    assert reading.executions == {reading.dominant: steps}, reading.executions
+    assert reading.whole_periods
+    if step_seconds < 0.1:
+        # Many steps: whole periods of the program, its rate over the markers' rate.
+        assert reading.steps_in_core == pytest.approx(steps, rel=0.1)
+        ratio = reading.executions[reading.dominant] / reading.steps_in_core
+        assert ratio == pytest.approx(1.0, rel=0.15), reading
+    else:
+        # One step or two: counted between the first and the last begin.
+        assert reading.steps_in_core == steps
+        assert reading.executions == {reading.dominant: steps}, reading.executions
     assert ledger.samples_total == 1 and ledger.skipped_total == 0
 
 

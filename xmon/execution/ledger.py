@@ -161,10 +161,9 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     """Executions per step of every program, the steps they came from, and the core seconds
     those steps took.
 
-    A sample holding whole marked steps counts them, and the executions between its first and
-    last begin: its ratio is of two counts over the same window. Still the device may run
-    behind the host's begins while the profiler records (measured on a loaded 2-core host:
-    0.87 executions per 20 ms step, counted), so the ratio is snapped as below all the same.
+    A sample holding whole marked steps but no whole periods of its dominant program (long
+    steps) counts them, and the executions between its first and last begin: its ratio is of
+    two counts over the same window, snapped as below all the same.
 
     Each sample measures two rates over whole periods: the dominant program's and the steps'.
     Their ratio, the dominant program's executions per step, is a whole number in a training
@@ -227,13 +226,15 @@ def dominant_runs(sample: SampleReading) -> tuple[int | str, int]:
     program of the same name where the sample names them. A function compiled anew each step
     runs a new executable (a new id) once a step, which alone is a fraction of a step's runs;
     two programs both called ``jit_step`` each step are two runs a step, a whole number still.
-    Without markers the dominant program's own runs are the steps."""
+    A dominant program run twice or more in the sample counts alone (as it always did: its
+    rate over whole periods), and without markers its own runs are the steps."""
     dominant = sample.dominant
     if dominant is None:
         return -1, 0
     name = sample.program_names.get(dominant)
-    if name is None or not sample.steps_marked:
-        return dominant, sample.executions.get(dominant, 0)
+    runs = sample.executions.get(dominant, 0)
+    if name is None or not sample.steps_marked or runs >= 2:
+        return dominant, runs  # a program run again and again: its own runs
     named = sum(n for p, n in sample.executions.items() if sample.program_names.get(p) == name)
     return name, named
 

@@ -17,10 +17,13 @@ module id, and ``run_id``, one per launch shared by the launch's devices):
   sample, so overlapping ops (streams, threads) count once.
 * **device time per program**: the union of its op intervals per device, summed over devices.
 
-Where the job marks steps and the sample holds two begins or more, executions are counted
-between its first and last begin instead: whole steps, counted. The begins are on the agent's
-clock; the agent's anchor annotation (``SAMPLE_ANCHOR``), read on both clocks, places them on
-the XSpace's.
+Where the dominant program started too few times for a core window (steps longer than a third
+of the sample, a new program each step) and the job marks steps, executions are counted between
+the sample's first and last step begin instead: whole steps, counted. The begins are on the
+agent's clock; the agent's anchor annotation (``SAMPLE_ANCHOR``), read on both clocks, places
+them on the XSpace's. Where a core window exists its two rates are kept: they cancel the drift
+of a device the profiler slows while the host's begins go on (counts in a window of 1 s of
+8 ms asynchronous steps were 0.8 of the steps on a loaded host).
 
 Where events live: GPU and TPU record ops on ``/device:GPU:N`` / ``/device:TPU:N`` planes (the
 device is N); the CPU backend records them on host threads, each op with a
@@ -382,7 +385,13 @@ def reading_from(
         program_seconds[program] += spans.union_length() / 1e12
     starts = parser.starts()
     dominant = _dominant(starts, program_seconds)
-    steps = _whole_steps(parser.anchor_ps, anchor_seconds, step_begins) if steps_marked else None
+    core = _core_window(starts[dominant]) if dominant is not None else None
+    # Whole periods of the dominant program: two rates over them (below), which cancel how the
+    # profiler slows the device while the host's begins go on. Without (steps longer than a
+    # third of the sample, a new program each step): the whole marked steps, counted.
+    steps = None
+    if core is None and steps_marked:
+        steps = _whole_steps(parser.anchor_ps, anchor_seconds, step_begins)
     if steps is not None:
         (low, high), counted = steps
         return _reading(
@@ -390,7 +399,6 @@ def reading_from(
             executions=_counts_in(starts, low, high), core_seconds=(high - low) / 1e12,
             steps_in_core=float(counted), whole_periods=True,
         )  # fmt: skip
-    core = _core_window(starts[dominant]) if dominant is not None else None
     if core is None:
         executions = {p: len(s) for p, s in starts.items() if s}
         core_seconds = duration
