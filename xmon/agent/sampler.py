@@ -16,9 +16,9 @@ started by the profiler server (remote capture) is not visible to Python: the sa
 to start and is counted as skipped, and the remote capture is unaffected.
 
 Samples hold whole steps. In a job that marks steps, a sample records until at least two step
-begins fell inside it and at least ``duration`` passed, so the daemon counts the executions
-between its first and last begin: executions per step are counted over one step or more, never
-estimated from a part of one (a 0.2 s sample of 0.3 s steps counted 1.5 executions per step). Where
+begins fell inside it and at least ``duration`` passed, so the daemon has one whole step or more
+(it counts the executions between the first and last begin where steps are long): executions per
+step are never estimated from a part of one (a 0.2 s sample of 0.3 s steps gave 1.5). Where
 steps are long (a second or more) the session opens a tenth of a step before the next begin is due,
 so a sample lasts about one step, not two. The duty cycle stays what ``duration`` / ``interval``
 says: after a sample of ``recorded`` seconds the next one waits ``recorded / duty``, so a job of
