@@ -193,9 +193,9 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     ratios: defaultdict[int | str, list[float]] = defaultdict(list)
     executions_of: defaultdict[int | str, float] = defaultdict(float)
     steps_of: defaultdict[int | str, float] = defaultdict(float)
-    for sample in stepped:
+    runs = [(sample, *dominant_runs(sample)) for sample in stepped]
+    for sample, key, executions in runs:
         if sample.dominant is not None and sample.steps_in_core:
-            key, executions = dominant_runs(sample)
             ratios[key].append(executions / sample.steps_in_core)
             executions_of[key] += executions
             steps_of[key] += sample.steps_in_core
@@ -206,11 +206,7 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
         and math.isfinite(ratio := per_step_ratio(r, executions_of[key] / steps_of[key]))
         and ratio > 0  # steps are divided by it
     }
-    steps = 0.0
-    for sample in stepped:
-        key, executions = dominant_runs(sample)
-        if key in per_step:
-            steps += executions / per_step[key]
+    steps = sum(executions / per_step[key] for _, key, executions in runs if key in per_step)
     if not steps:
         return {}, 0.0, 0.0
     counts: defaultdict[int, int] = defaultdict(int)

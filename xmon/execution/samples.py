@@ -225,9 +225,11 @@ class _SampleParser:
         ids = stat_ids(names, (PROGRAM_ID, RUN_ID, DEVICE_ORDINAL, HLO_OP, HLO_MODULE,
                                LAUNCH_NAME))  # fmt: skip
         if ids[PROGRAM_ID] is None and (ids[RUN_ID] is None or ids[LAUNCH_NAME] is None):
-            for line in lines if anchors else ():  # python, host threads without XLA ops or
-                if self.anchor_ps is None:  # launches: read only for the anchor
-                    self._note_anchor(line, anchors)
+            # Python and host threads without XLA ops or launches: read only for the anchor.
+            for line in lines if anchors else ():
+                self._note_anchor(line, anchors)
+                if self.anchor_ps is not None:
+                    break
             return
         match = _DEVICE_PLANE.match(plane.name)
         plane_device = int(match["index"]) if match else None
@@ -397,7 +399,7 @@ def reading_from(
         return _reading(
             parser, started_at, duration, starts, dominant, program_seconds,
             executions=_counts_in(starts, low, high), core_seconds=(high - low) / 1e12,
-            steps_in_core=float(counted), whole_periods=True,
+            steps_in_core=float(counted), whole_periods=True, steps_marked=True,
         )  # fmt: skip
     if core is None:
         executions = {p: len(s) for p, s in starts.items() if s}
@@ -444,7 +446,7 @@ def _reading(
     core_seconds: float,
     steps_in_core: float | None,
     whole_periods: bool,
-    steps_marked: bool = True,
+    steps_marked: bool,
 ) -> SampleReading:
     return SampleReading(
         started_at=started_at,
