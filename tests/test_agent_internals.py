@@ -53,6 +53,10 @@ def _break_loop_cost(m: pytest.MonkeyPatch) -> None:
     m.delattr(xla_client._xla, "hlo_module_cost_analysis")
 
 
+def _break_module_proto_reader(m: pytest.MonkeyPatch) -> None:
+    m.delattr(_module("jaxlib._hlo"), "HloModule")
+
+
 def _break_recompile_cause(m: pytest.MonkeyPatch) -> None:
     pxla = _module("jax._src.interpreters.pxla")
     m.setattr(pxla.UnloadedMeshExecutable, "from_hlo", staticmethod(_from_hlo_without_avals))
@@ -74,6 +78,7 @@ BREAKS = [
     ("ledger", _break_ledger, "no session attribute"),
     ("catalogue", _break_catalogue, "compile_or_get_cached not found"),
     ("loop_cost", _break_loop_cost, "hlo_module_cost_analysis not found"),
+    ("loop_cost", _break_module_proto_reader, "no HLO module proto reader"),
     ("recompile_cause", _break_recompile_cause, "takes no global_in_avals, in_shardings"),
     ("stall_stacks", _break_frames, "no sys._current_frames"),
     ("memory_readings", _break_backends, "backends_are_initialized not found"),
@@ -81,7 +86,11 @@ BREAKS = [
 ]
 
 
-@pytest.mark.parametrize(("capability", "breaks", "reason"), BREAKS, ids=[b[0] for b in BREAKS])
+@pytest.mark.parametrize(
+    ("capability", "breaks", "reason"),
+    BREAKS,
+    ids=[b[1].__name__.removeprefix("_break_") for b in BREAKS],
+)
 def test_a_private_access_removed_or_renamed_is_named_by_its_capability(
     monkeypatch: pytest.MonkeyPatch, capability: str, breaks: Any, reason: str
 ) -> None:

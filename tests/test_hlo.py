@@ -61,6 +61,24 @@ def test_every_fixture_says_where_its_form_comes_from() -> None:
         assert header.startswith("//"), path.name
 
 
+@pytest.mark.parametrize(("name", "flops", "count", "instructions"), FIXTURE_CASES)
+def test_the_module_proto_gives_the_texts_gemms(
+    name: str, flops: int, count: int, instructions: int
+) -> None:
+    """Each fixture as the HloModuleProto XLA's parser makes of it (what the agent reads): the
+    same FLOPs, counted from the proto's shapes and its JSON backend_config."""
+    from xmon.agent import internals
+    from xmon.hlo.proto import read_module
+
+    text = (FIXTURES / name).read_text()
+    serialized = internals.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    module = read_module(bytes(serialized))
+    assert module is not None
+    totals = [module.totals(root) for root in module.roots()]
+    assert sum(t.flops for t in totals) == flops and sum(t.count for t in totals) == count
+    assert len(list(module.gemm_calls())) == instructions
+
+
 def test_modules_joined_in_one_text_add_up() -> None:
     first = (FIXTURES / "cublas_gemm_f32_4096.txt").read_text()
     second = (FIXTURES / "cublas_gemm_inline_operand_shapes.txt").read_text()

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from xmon.execution.loop_cost import Cost, LoopCost, loop_cost
+from xmon.agent import internals
+from xmon.execution.loop_cost import Cost, LoopCost, XlaCost, loop_cost, loop_cost_of_protos
 from xmon.hlo import Module, callees, parse_modules
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hlo"
 
 
-def fake_xla_cost(text: str) -> dict[str, float]:
-    [module] = parse_modules(text)
+def fake_xla_cost(module_given: str | bytes) -> dict[str, float]:
+    """Counts multiplies, exponentials and instructions of the entry (a stand-in for XLA's
+    cost analysis, as exact as the tests need); a module proto is printed by XLA first."""
+    [module] = parse_modules(as_text(module_given))
     [entry] = [name for name, c in module.computations.items() if c.is_entry]
     flops, transcendentals, bytes_accessed = _fake(module, entry)
     return {"flops": flops, "transcendentals": transcendentals, "bytes accessed": bytes_accessed}
@@ -42,10 +45,32 @@ def _fake(module: Module, name: str) -> tuple[float, float, float]:
     return total[0], total[1], total[2]
 
 
+# Every module here is costed in both forms the agent and users give: its text, and the
+# HloModuleProto XLA's own parser makes of that text (what the agent reads from executables).
+FORMS = ("text", "proto")
+
+
+def as_proto(text: str) -> bytes:
+    return bytes(internals.hlo_module_from_text(text).as_serialized_hlo_module_proto())
+
+
+def as_text(module: str | bytes) -> str:
+    if isinstance(module, str):
+        return module
+    return str(internals.hlo_module_from_proto(module).to_string())
+
+
+def analyse(form: str, text: str, xla_cost: XlaCost | None, **bounds: int) -> LoopCost:
+    """``text``'s loop cost read from the form given."""
+    if form == "text":
+        return loop_cost(text, xla_cost, **bounds)
+    return loop_cost_of_protos([as_proto(text)], xla_cost, **bounds)
+
+
 def counting(calls: list[str]):  # type: ignore[no-untyped-def]
-    def cost(text: str) -> dict[str, float]:
-        calls.append(text)
-        return fake_xla_cost(text)
+    def cost(module: str | bytes) -> dict[str, float]:
+        calls.append(as_text(module))
+        return fake_xla_cost(module)
 
     return cost
 
@@ -117,8 +142,9 @@ def one_loop(**kwargs: object) -> str:
     return program(loop("a", **kwargs), prefixes=("a",))  # type: ignore[arg-type]
 
 
-def test_known_trip_count_weighs_the_body() -> None:
-    result = loop_cost(one_loop(trips=10, bound=999), fake_xla_cost)
+@pytest.mark.parametrize("form", FORMS)
+def test_known_trip_count_weighs_the_body(form: str) -> None:
+    result = analyse(form, one_loop(trips=10, bound=999), fake_xla_cost)
     [found] = result.loops
     assert (found.trip_count, found.source, found.body, found.condition) == (
         10, "known_trip_count", "abody", "acond",
@@ -159,14 +185,16 @@ def test_known_trip_count_weighs_the_body() -> None:
         ({"init": 12}, 0),  # never runs
     ],
 )
-def test_trip_count_from_the_condition(kwargs: dict[str, object], trips: int) -> None:
-    result = loop_cost(one_loop(trips=None, **kwargs), fake_xla_cost)
+@pytest.mark.parametrize("form", FORMS)
+def test_trip_count_from_the_condition(kwargs: dict[str, object], trips: int, form: str) -> None:
+    result = analyse(form, one_loop(trips=None, **kwargs), fake_xla_cost)
     [found] = result.loops
     assert (found.trip_count, found.source) == (trips, "condition")
     assert result.extra is not None and result.extra.flops == (trips - 1) * 8
 
 
-def test_trip_count_through_fused_compare_and_add() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_trip_count_through_fused_compare_and_add(form: str) -> None:
     # CPU XLA wraps the scalar compare and add in loop fusions (jax 0.10.2's scan, for one).
     fused = """
 %fused_lt (p0: s32[], p1: s32[]) -> pred[] {
@@ -186,7 +214,7 @@ def test_trip_count_through_fused_compare_and_add() -> None:
         compare="fusion(%{p}ci, %{p}n), kind=kLoop, calls=%fused_lt",
         step="fusion(%{p}i, %{p}two), kind=kLoop, calls=%fused_add",
     ).replace("HloModule loops\n", "HloModule loops\n" + fused)
-    [found] = loop_cost(text, fake_xla_cost).loops
+    [found] = analyse(form, text, fake_xla_cost).loops
     assert (found.trip_count, found.source) == (5, "condition")
 
 
@@ -200,10 +228,11 @@ def test_trip_count_through_fused_compare_and_add() -> None:
         {"compare": "compare(%{p}ci, %{p}n), direction=EQ"},
     ],
 )
+@pytest.mark.parametrize("form", FORMS)
 def test_unknown_trip_count_counts_the_body_once_and_is_a_lower_bound(
-    kwargs: dict[str, object],
+    kwargs: dict[str, object], form: str
 ) -> None:
-    result = loop_cost(one_loop(trips=None, **kwargs), fake_xla_cost)
+    result = analyse(form, one_loop(trips=None, **kwargs), fake_xla_cost)
     [found] = result.loops
     assert (found.trip_count, found.source) == (None, "unknown")
     assert result.extra == Cost()  # what XLA counts, no more
@@ -211,21 +240,23 @@ def test_unknown_trip_count_counts_the_body_once_and_is_a_lower_bound(
 
 
 @pytest.mark.parametrize("trips", [1 << 41, 10**400])
-def test_an_impossible_trip_count_is_unknown_not_infinite_flops(trips: int) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_an_impossible_trip_count_is_unknown_not_infinite_flops(trips: int, form: str) -> None:
     """A trip count no program runs (an annotation from a hostile or broken job) is not
     believed: the body is counted once and the cost is a finite lower bound."""
-    result = loop_cost(one_loop(trips=trips), fake_xla_cost)
+    result = analyse(form, one_loop(trips=trips), fake_xla_cost)
     [found] = result.loops
     assert (found.trip_count, found.source) == (None, "unknown")
     assert result.lower_bound and result.extra == Cost()
 
 
-def test_the_condition_runs_once_more_than_the_body() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_the_condition_runs_once_more_than_the_body(form: str) -> None:
     probe = (
         "\n  %aprobe = f32[2]{0} constant({1, 2})\n  %asq = f32[2]{0} multiply(%aprobe, %aprobe)"
     )
     text = one_loop(trips=10, cond_extra=probe)
-    result = loop_cost(text, fake_xla_cost)
+    result = analyse(form, text, fake_xla_cost)
     assert result.extra is not None and result.extra.flops == 9 * 8 + 10 * 2
 
 
@@ -243,9 +274,10 @@ def nested(outer_trips: int | None = 4, inner_trips: int = 3) -> str:
     return program((inner_comps + outer_comps, outer_while), size=4, prefixes=("out",))
 
 
-def test_nested_loops_multiply() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_nested_loops_multiply(form: str) -> None:
     calls: list[str] = []
-    result = loop_cost(nested(4, 3), counting(calls))
+    result = analyse(form, nested(4, 3), counting(calls))
     assert sorted((loop.name, loop.trip_count) for loop in result.loops) == [
         ("inw", 3), ("outw", 4),
     ]  # fmt: skip
@@ -255,8 +287,9 @@ def test_nested_loops_multiply() -> None:
     assert all(text.count("ENTRY") == 1 for text in calls)
 
 
-def test_unknown_outer_trip_count_still_weighs_the_inner_loop() -> None:
-    result = loop_cost(nested(None, 3), fake_xla_cost)
+@pytest.mark.parametrize("form", FORMS)
+def test_unknown_outer_trip_count_still_weighs_the_inner_loop(form: str) -> None:
+    result = analyse(form, nested(None, 3), fake_xla_cost)
     assert result.extra is not None and result.extra.flops == (4 + 3 * 8) - 12
     assert result.lower_bound and result.unknown_trip_counts == 1
 
@@ -285,19 +318,21 @@ ENTRY %main (x: f32[8], y: f32[16], k: s32[]) -> f32[8] {{
 """
 
 
-def test_loop_inside_a_conditional_branch() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_loop_inside_a_conditional_branch(form: str) -> None:
     text = _with_calls(
         "  ROOT %c = f32[8]{0} conditional(%k, %x, %y), branch_computations={%looping, %plain}"
     )
-    result = loop_cost(text, fake_xla_cost)
+    result = analyse(form, text, fake_xla_cost)
     assert [loop.computation for loop in result.loops] == ["looping"]
     # XLA: max(8, 16) = 16; loop-aware: max(5 * 8, 16) = 40
     assert result.extra is not None and result.extra.flops == 40 - 16
 
 
-def test_loop_inside_a_called_computation() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_loop_inside_a_called_computation(form: str) -> None:
     text = _with_calls("  ROOT %c = f32[8]{0} call(%x), to_apply=%looping")
-    result = loop_cost(text, fake_xla_cost)
+    result = analyse(form, text, fake_xla_cost)
     assert result.extra is not None and result.extra.flops == 4 * 8
     assert [loop.trip_count for loop in result.loops] == [5]
 
@@ -316,33 +351,37 @@ def _gemm_loop(trips: int) -> str:
     return one_loop(trips=trips, body_extra=gemm)
 
 
-def test_gemm_custom_calls_in_a_loop_body_count_once_per_trip() -> None:
-    result = loop_cost(_gemm_loop(10), fake_xla_cost)
+@pytest.mark.parametrize("form", FORMS)
+def test_gemm_custom_calls_in_a_loop_body_count_once_per_trip(form: str) -> None:
+    result = analyse(form, _gemm_loop(10), fake_xla_cost)
     assert result.custom_call_flops == 10 * 2 * 64 * 16 * 32
     assert result.extra is not None and result.extra.gemm_flops == 0.0, "reported whole"
 
 
-def test_gpu_fixture_gemms_in_loop_and_branches() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_gpu_fixture_gemms_in_loop_and_branches(form: str) -> None:
     text = (FIXTURES / "cublaslt_while_conditional.txt").read_text()
-    result = loop_cost(text, None)  # no XLA cost: the GEMMs are still counted
+    result = analyse(form, text, None)  # no XLA cost: the GEMMs are still counted
     loop_gemm, entry_gemm, large_branch = 2 * 1024 * 4096 * 2048, 2 * 256 * 1024 * 512, 2 * 128**3
     assert result.custom_call_flops == 10 * loop_gemm + entry_gemm + large_branch
     assert [(loop.trip_count, loop.source) for loop in result.loops] == [(10, "known_trip_count")]
     assert result.extra is None and result.lower_bound, "XLA's own figure could not be rebuilt"
 
 
-def test_without_xla_cost_a_program_with_loops_is_a_lower_bound() -> None:
-    result = loop_cost(one_loop(), None)
+@pytest.mark.parametrize("form", FORMS)
+def test_without_xla_cost_a_program_with_loops_is_a_lower_bound(form: str) -> None:
+    result = analyse(form, one_loop(), None)
     assert result.extra is None and result.lower_bound and len(result.loops) == 1
     assert result.reason
 
 
-def test_xla_cost_that_fails_is_like_none() -> None:
-    def broken(text: str) -> dict[str, float]:
+@pytest.mark.parametrize("form", FORMS)
+def test_xla_cost_that_fails_is_like_none(form: str) -> None:
+    def broken(module: str | bytes) -> dict[str, float]:
         raise RuntimeError("INVALID_ARGUMENT: parse error")
 
     for failing in (broken, lambda text: None, lambda text: {"transcendentals": 1.0}):
-        result = loop_cost(one_loop(), failing)
+        result = analyse(form, one_loop(), failing)
         assert result.extra is None and result.lower_bound
 
 
@@ -357,8 +396,9 @@ def test_no_loops_needs_no_xla_call() -> None:
     )
 
 
-def test_too_many_xla_calls_gives_up_on_xlas_figures_but_not_on_gemms() -> None:
-    result = loop_cost(_gemm_loop(10), fake_xla_cost, max_xla_calls=1)
+@pytest.mark.parametrize("form", FORMS)
+def test_too_many_xla_calls_gives_up_on_xlas_figures_but_not_on_gemms(form: str) -> None:
+    result = analyse(form, _gemm_loop(10), fake_xla_cost, max_xla_calls=1)
     assert result.extra is None and result.lower_bound and "computations" in (result.reason or "")
     assert result.custom_call_flops == 10 * 2 * 64 * 16 * 32
 
@@ -436,9 +476,66 @@ ENTRY %e (p: f32[8,8]) -> f32[8,8] {
      ("lapack_sgetrf_ffi", ("lapack_sgetrf_ffi",)), ("MoveToHost", ()),
      ("xla_ffi_python_cpu_callback", ())],
 )  # fmt: skip
+@pytest.mark.parametrize("form", FORMS)
 def test_custom_calls_nobody_costs_make_a_lower_bound(
-    target: str, uncosted: tuple[str, ...]
+    target: str, uncosted: tuple[str, ...], form: str
 ) -> None:
-    cost = loop_cost(UNCOSTED.replace('"%s"', f'"{target}"'), None)
+    cost = analyse(form, UNCOSTED.replace('"%s"', f'"{target}"'), None)
     assert cost.uncosted_custom_calls == uncosted
     assert cost.lower_bound is bool(uncosted)
+
+
+# --- module protos: what only the proto form has ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\x00" * 64, b"\xff" * 64, bytes(range(256)), b"\x1a\x05\x12\x03\x12\x01\x00"],
+    ids=["empty", "zeros", "ones", "every-byte", "nested-garbage"],
+)
+def test_a_malformed_module_proto_never_raises(data: bytes) -> None:
+    for cost in (None, fake_xla_cost):
+        assert isinstance(loop_cost_of_protos([data], cost), LoopCost)
+
+
+def test_a_truncated_module_proto_never_raises() -> None:
+    data = as_proto(nested(4, 3))
+    results = [loop_cost_of_protos([data[:cut]], fake_xla_cost) for cut in range(0, len(data), 23)]
+    assert all(isinstance(result, LoopCost) for result in results)
+    assert any(result.reason for result in results), "a cut proto is said to be unreadable"
+
+
+def test_modules_too_large_to_read_are_scanned_for_loops_only() -> None:
+    data = as_proto(nested(4, 3))
+    result = loop_cost_of_protos([data], fake_xla_cost, max_bytes=len(data) - 1)
+    assert sorted(loop.trip_count or 0 for loop in result.loops) == [3, 4]
+    assert result.extra is None and result.lower_bound and "bytes" in (result.reason or "")
+    gemms = as_proto(_gemm_loop(10))
+    scanned = loop_cost_of_protos([gemms], None, max_bytes=10)
+    assert scanned.custom_call_flops is None and scanned.lower_bound, "GEMMs seen, not counted"
+
+
+def test_the_modules_of_one_program_add_up() -> None:
+    modules = [as_proto(one_loop(trips=10)), as_proto(one_loop(trips=4))]
+    result = loop_cost_of_protos(modules, fake_xla_cost)
+    assert result.extra is not None and result.extra.flops == 9 * 8 + 3 * 8
+    assert len(result.loops) == 2
+
+
+def test_a_cut_module_proto_is_accepted_by_xla_and_keeps_only_what_it_runs() -> None:
+    """The module each loop body is costed in: XLA reads it back, its entry is the body, and
+    it holds the body's callees but not the rest of the program."""
+    from xmon.hlo.proto import read_module
+
+    module = read_module(as_proto(nested(4, 3)))
+    assert module is not None
+    cut = module.with_entry("outbody")
+    assert isinstance(cut, bytes)
+    text = as_text(cut)
+    assert "ENTRY %outbody" in text and "%inbody" in text and "%main" not in text
+    assert module.with_entry("no such computation") is None
+
+
+def test_the_proto_reader_does_not_import_jax() -> None:
+    code = "import sys, xmon.hlo.proto; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

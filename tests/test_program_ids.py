@@ -14,7 +14,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 import xmon
 from xmon.agent.compiles import MAX_PROGRAM_IDS
 from xmon.agent.core import Agent
-from xmon.agent.hlo_store import hlo_module_id, module_ids
+from xmon.agent.hlo_store import hlo_module_id, module_ids, serialized_modules
 from xmon.execution.xplane import count_files
 
 
@@ -43,7 +43,7 @@ def _trace(tmp_path: Path, calls: list[tuple[object, tuple[object, ...], int]]) 
 def _ids_of(compiled: jax.stages.Compiled) -> tuple[int, ...]:
     executable = compiled.runtime_executable()
     assert executable is not None
-    return module_ids(list(executable.hlo_modules()))
+    return module_ids(serialized_modules(list(executable.hlo_modules())))
 
 
 def test_module_id_of_a_real_executable_is_the_traces_program_id(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""The checked-in generated code matches xmon.proto and xplane.proto, and the protocol is
-versioned."""
+"""The checked-in generated code matches xmon.proto, xplane.proto and hlo.proto, and the
+protocol is versioned."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2
 
-from xmon.proto import xmon_pb2, xmon_pb2_grpc, xplane_pb2
+from xmon.proto import hlo_pb2, xmon_pb2, xmon_pb2_grpc, xplane_pb2
 
 REPO = Path(__file__).resolve().parent.parent
 PROTO = "xmon/proto/xmon.proto"
@@ -22,6 +22,8 @@ REGENERATE = (
     "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. " + PROTO
 )
 REGENERATE_XPLANE = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + XPLANE_PROTO
+HLO_PROTO = "xmon/proto/hlo.proto"
+REGENERATE_HLO = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + HLO_PROTO
 VERSION_LINE = re.compile(r"^GRPC_GENERATED_VERSION = .*$", re.MULTILINE)
 
 
@@ -45,6 +47,7 @@ def _protoc(tmp_path: Path, *outputs: str, proto: str = PROTO) -> None:
     [
         (PROTO, xmon_pb2, REGENERATE),
         (XPLANE_PROTO, xplane_pb2, REGENERATE_XPLANE),
+        (HLO_PROTO, hlo_pb2, REGENERATE_HLO),
     ],
 )
 def test_checked_in_descriptor_matches_the_proto(
@@ -69,7 +72,8 @@ def _drop_json_names(file: descriptor_pb2.FileDescriptorProto) -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "regenerate"), [(xmon_pb2, REGENERATE), (xplane_pb2, REGENERATE_XPLANE)]
+    ("module", "regenerate"),
+    [(xmon_pb2, REGENERATE), (xplane_pb2, REGENERATE_XPLANE), (hlo_pb2, REGENERATE_HLO)],
 )
 def test_checked_in_type_stubs_declare_every_message_and_field(
     module: Any, regenerate: str

@@ -15,7 +15,7 @@ import pytest
 
 import xmon
 from xmon.agent.core import Agent
-from xmon.agent.hlo_store import hlo_text
+from xmon.agent.hlo_store import serialized_modules
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.model import Program
 
@@ -26,10 +26,11 @@ COUNTED = [name for name in patterns.BUILDERS if name != "data_dependent_while"]
 
 def xmon_program(pattern: patterns.Pattern) -> Program:
     """The record the agent makes of the compiled program: the compile hook's pass, then the
-    agent thread's pass over its HLO text."""
+    agent thread's pass over its HLO module protos."""
     executable = pattern.fn.lower(*pattern.args).compile().runtime_executable()
     record = describe_executable(None, executable)
-    return with_loop_cost(record, analyse_loops(executable, hlo_text(executable)))
+    modules = serialized_modules(list(executable.hlo_modules()))
+    return with_loop_cost(record, analyse_loops(executable, modules))
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,24 @@ def test_loop_flops_match_the_unrolled_twin_and_the_matmul_count(
     assert program.bytes_accessed is not None and program.bytes_accessed_xla is not None
     assert program.bytes_accessed > program.bytes_accessed_xla
     assert program.transcendentals is not None and program.transcendentals > 0
+
+
+@pytest.mark.parametrize("name", list(patterns.BUILDERS))
+def test_the_module_proto_and_the_text_give_the_same_figures(name: str) -> None:
+    """The agent reads each program's structure from its HloModuleProto, no longer from the
+    printed text: on every pattern both give the same loops, trip counts and XLA-costed
+    figures (so the numbers of earlier releases stand)."""
+    from xmon.agent.programs import xla_cost_function
+    from xmon.execution.loop_cost import loop_cost, loop_cost_of_protos
+
+    pattern = patterns.BUILDERS[name]()
+    executable = pattern.fn.lower(*pattern.args).compile().runtime_executable()
+    modules = list(executable.hlo_modules())
+    cost = xla_cost_function(executable)
+    from_proto = loop_cost_of_protos(serialized_modules(modules), cost)
+    from_text = loop_cost("\n".join(m.to_string() for m in modules), cost)
+    assert from_proto == from_text
+    assert from_proto.loops and from_proto.reason is None
 
 
 def test_nested_loops_are_both_counted(built: dict[str, tuple[patterns.Pattern, Program]]) -> None:

@@ -202,14 +202,15 @@ class CompileRecorder:
             self._mark_unsent(fingerprint)
 
     # -- loop-aware cost (agent thread, see HloStore) ----------------------------------------
-    def add_loop_cost(self, fingerprint: str, executable: Any, text: str | None) -> None:
+    def add_loop_cost(self, fingerprint: str, executable: Any, modules: list[bytes] | None) -> None:
         """Replace XLA's body-once figures with loop-aware ones from the program's optimized
-        HLO ``text``; the change is sent. ``text`` None: the HLO could not be read (dropped
-        from the store's queue, or the backend has none), so XLA's figures are all there is."""
+        HLO ``modules`` (serialized protos); the change is sent. ``modules`` None: the HLO could
+        not be read (dropped from the store's queue, or the backend has none), so XLA's figures
+        are all there is."""
         with self._lock:
             if fingerprint not in self._cost_pending:
                 return  # costed already (a recompile), or never recorded
-        cost = analyse_loops(executable, text) if text is not None else None
+        cost = analyse_loops(executable, modules) if modules is not None else None
         with self._lock:
             program = self._programs.get(fingerprint)
             if program is None or fingerprint not in self._cost_pending:

@@ -12,9 +12,10 @@ records as ``program_id`` on every op it traces: the daemon matches them to coun
 captured traces. Every executable is read, also one whose fingerprint is already known, because a
 recompiled program gets new module ids.
 
-The text of each new fingerprint also goes to ``cost_listener`` (the compile recorder, which
-counts loop bodies once per trip from it), once, with the executable whose client can cost parts
-of it; an executable dropped unread goes there with no text, so its record stops waiting.
+The serialized ``HloModuleProto`` s of each new fingerprint also go to ``cost_listener`` (the
+compile recorder, which counts loop bodies once per trip from them), once, with the executable
+whose client can cost parts of them; an executable dropped unread goes there with none, so its
+record stops waiting.
 """
 
 from __future__ import annotations
@@ -25,45 +26,35 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from google.protobuf import empty_pb2
-from google.protobuf.unknown_fields import UnknownFieldSet
+from xmon.proto import hlo_pb2
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_PROGRAM_BYTES = 12 * 1024 * 1024  # under the 16 MiB gRPC message limit
 DEFAULT_MAX_PENDING = 64
 MAX_COSTED = 8192  # fingerprints remembered as costed; past it, a recompile is costed again
-_HLO_MODULE_ID_FIELD = 5  # HloModuleProto.id (xla/service/hlo.proto), an int64
-_VARINT = 0
-
-
-def hlo_text(executable: Any) -> str:
-    """All HLO modules of an executable as text (one for SPMD programs, more for MPMD)."""
-    return "\n".join(module.to_string() for module in executable.hlo_modules())
 
 
 def hlo_module_id(serialized: bytes) -> int:
-    """``id`` of a serialized ``HloModuleProto``, read without XLA's .proto: parsed as an empty
-    message, every field is unknown, and protobuf still decodes the top-level ones. Absent
-    means 0 (proto3 does not write a zero; the process's first module has id 0)."""
-    message = empty_pb2.Empty()
-    message.ParseFromString(serialized)
-    module_id = 0
-    for item in UnknownFieldSet(message):
-        if item.field_number == _HLO_MODULE_ID_FIELD and item.wire_type == _VARINT:
-            value = int(item.data)  # the last one wins, as when protobuf parses the field
-            module_id = value - (1 << 64) if value >= 1 << 63 else value  # int64 on the wire
-    return module_id
+    """``id`` of a serialized ``HloModuleProto`` (0 where absent: proto3 does not write a zero,
+    and the process's first module has id 0)."""
+    return int(hlo_pb2.HloModuleProto.FromString(serialized).id)
 
 
-def module_ids(modules: list[Any]) -> tuple[int, ...]:
-    """Ids of the executable's HLO modules; a module that cannot be serialized is skipped."""
-    ids = []
+def serialized_modules(modules: list[Any]) -> list[bytes]:
+    """The executable's HLO modules as serialized ``HloModuleProto`` s; a module that cannot be
+    serialized (a backend or jaxlib without the proto) is left out."""
+    serialized = []
     for module in modules:
         try:
-            ids.append(hlo_module_id(module.as_serialized_hlo_module_proto()))
-        except Exception:  # noqa: BLE001 - a backend or jaxlib without the proto: no id
+            serialized.append(bytes(module.as_serialized_hlo_module_proto()))
+        except Exception:  # noqa: BLE001
             continue
-    return tuple(ids)
+    return serialized
+
+
+def module_ids(serialized: list[bytes]) -> tuple[int, ...]:
+    """Ids of serialized HLO modules."""
+    return tuple(hlo_module_id(module) for module in serialized)
 
 
 class HloStore:
@@ -83,8 +74,8 @@ class HloStore:
         self.dropped = 0  # executables that went past the pending queue unrendered
         # Receives (fingerprint, module ids) of every rendered executable, e.g. the recorder.
         self.ids_listener: Callable[[str, tuple[int, ...]], None] | None = None
-        # Receives (fingerprint, executable, HLO text or None) once per fingerprint.
-        self.cost_listener: Callable[[str, Any, str | None], None] | None = None
+        # Receives (fingerprint, executable, serialized HLO modules or None) once per fingerprint.
+        self.cost_listener: Callable[[str, Any, list[bytes] | None], None] | None = None
         self._costed: OrderedDict[str, None] = OrderedDict()
 
     def offer(self, fingerprint: str, executable: Any) -> None:
@@ -118,33 +109,31 @@ class HloStore:
         except Exception:  # noqa: BLE001 - a backend without HLO modules: nothing to keep
             self._cost(fingerprint, None, None)
             return
-        self._report_ids(fingerprint, modules)
+        serialized = serialized_modules(modules)
+        self._report_ids(fingerprint, serialized)
         with self._lock:
             known = fingerprint in self._texts or fingerprint in self.too_large
             wants_cost = self.cost_listener is not None and fingerprint not in self._costed
-        if known and not wants_cost:
-            return  # recompiled: its text and cost are known already
-        try:
-            text = "\n".join(module.to_string() for module in modules)
-        except Exception:  # noqa: BLE001
-            self._cost(fingerprint, None, None)
-            return
         if not known:
-            self._keep(fingerprint, text)
+            try:
+                self._keep(fingerprint, "\n".join(module.to_string() for module in modules))
+            except Exception:  # noqa: BLE001 - the text is for people; the cost does not need it
+                pass
         if wants_cost:
-            self._cost(fingerprint, executable, text)
+            readable = serialized if len(serialized) == len(modules) and serialized else None
+            self._cost(fingerprint, executable if readable else None, readable)
 
-    def _cost(self, fingerprint: str, executable: Any, text: str | None) -> None:
+    def _cost(self, fingerprint: str, executable: Any, modules: list[bytes] | None) -> None:
         listener = self.cost_listener
         if listener is None:
             return
-        if text is not None:
+        if modules is not None:
             with self._lock:
                 self._costed[fingerprint] = None
                 while len(self._costed) > MAX_COSTED:
                     self._costed.popitem(last=False)
         try:
-            listener(fingerprint, executable, text)
+            listener(fingerprint, executable, modules)
         except Exception:  # noqa: BLE001 - never let the agent thread (or a compile) die
             pass
 
@@ -165,11 +154,11 @@ class HloStore:
                 _, evicted = self._texts.popitem(last=False)
                 self._size -= len(evicted)
 
-    def _report_ids(self, fingerprint: str, modules: list[Any]) -> None:
+    def _report_ids(self, fingerprint: str, serialized: list[bytes]) -> None:
         listener = self.ids_listener
         if listener is None:
             return
-        ids = module_ids(modules)
+        ids = module_ids(serialized)
         if ids:
             try:
                 listener(fingerprint, ids)

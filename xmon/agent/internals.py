@@ -162,16 +162,54 @@ def _text_parser() -> Callable[[str], Any]:
     raise Unavailable("no HLO text parser (jaxlib._hlo.hlo_module_from_text) in this jaxlib")
 
 
-def hlo_cost_analysis() -> Callable[[Any, str], Any]:
-    """``analyse(client, hlo_text)``: XLA's cost analysis of one HLO module on a client, so a
-    loop body can be costed on its own."""
+# Where jaxlib keeps HloModule (whose from_serialized_hlo_module_proto reads a module proto):
+# jaxlib._hlo since 0.9, xla_client._xla before.
+_MODULE_CLASSES = (("jaxlib._hlo", "HloModule"), ("jax._src.lib", "_xla"))
+
+
+def _proto_reader() -> Callable[[bytes], Any]:
+    for name, attribute in _MODULE_CLASSES:
+        try:
+            found: Any = getattr(importlib.import_module(name), attribute)
+        except Exception:  # noqa: BLE001 - try the next place
+            continue
+        if attribute == "_xla":  # older jaxlib: xla_client._xla.HloModule
+            found = getattr(found, "HloModule", None)
+        reader = getattr(found, "from_serialized_hlo_module_proto", None)
+        if callable(reader):
+            return reader  # type: ignore[no-any-return]
+    raise Unavailable(
+        "no HLO module proto reader (jaxlib._hlo.HloModule.from_serialized_hlo_module_proto)"
+        " in this jaxlib"
+    )
+
+
+def hlo_cost_analysis() -> Callable[[Any, str | bytes], Any]:
+    """``analyse(client, module)``: XLA's cost analysis of one HLO module (a serialized
+    HloModuleProto, or text) on a client, so a loop body can be costed on its own."""
     xla_client = _attribute(_module("jax._src.lib"), "xla_client", "jax._src.lib")
     xla = _attribute(xla_client, "_xla", "jax._src.lib.xla_client")
     analyse = _attribute(xla, "hlo_module_cost_analysis", "xla_client._xla")
-    parse = _text_parser()
+    read_proto = _proto_reader()
     if not callable(analyse):
         raise Unavailable("xla_client._xla.hlo_module_cost_analysis is not callable")
-    return lambda client, text: analyse(client, parse(text))
+
+    def cost(client: Any, module: str | bytes) -> Any:
+        if isinstance(module, str):  # hand-written HLO: parsed only when asked for
+            return analyse(client, _text_parser()(module))
+        return analyse(client, read_proto(module))
+
+    return cost
+
+
+def hlo_module_from_text(text: str) -> Any:
+    """jaxlib's HloModule parsed from HLO text (XLA's own parser)."""
+    return _text_parser()(text)
+
+
+def hlo_module_from_proto(serialized: bytes) -> Any:
+    """jaxlib's HloModule read from a serialized HloModuleProto."""
+    return _proto_reader()(serialized)
 
 
 # -- why a function recompiled ----------------------------------------------------------------

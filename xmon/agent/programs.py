@@ -4,8 +4,9 @@ Two passes. :func:`describe_executable` runs in the compile hook, on the user's 
 thread, and reads only what XLA has at hand (cost and memory analysis, fingerprint): its figures
 count every while-loop body once, so the record says ``flops_lower_bound=True`` until the second
 pass. :func:`analyse_loops` and :func:`with_loop_cost` run on the agent's thread with the
-optimized HLO text: every loop body counted once per trip (``xmon.execution.loop_cost``), and
-the GEMM custom-calls GPU XLA's cost analysis counts as 0 added.
+optimized HLO module protos: every loop body counted once per trip
+(``xmon.execution.loop_cost``), and the GEMM custom-calls GPU XLA's cost analysis counts as 0
+added.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xmon.agent import internals
-from xmon.execution.loop_cost import LoopCost, XlaCost, loop_cost
+from xmon.execution.loop_cost import LoopCost, XlaCost, loop_cost_of_protos
 from xmon.model import Program
 
 # Backends whose XLA lowers dots to library custom-calls that cost analysis does not count.
@@ -133,25 +134,26 @@ def describe_executable(computation: Any, executable: Any) -> Program:
 
 
 def xla_cost_function(executable: Any) -> XlaCost | None:
-    """XLA's cost analysis of an HLO module text, on the executable's own client, or None
-    where this jaxlib lacks it (xmon.agent.internals): then loop bodies cannot be costed
-    alone."""
+    """XLA's cost analysis of an HLO module (a serialized proto, or text) on the executable's
+    own client, or None where this jaxlib lacks it (xmon.agent.internals): then loop bodies
+    cannot be costed alone."""
     try:
         analyse = internals.hlo_cost_analysis()
         client = executable.client
     except Exception:  # noqa: BLE001 - private API: absent means "cannot"
         return None
 
-    def cost(text: str) -> Mapping[str, float] | None:
-        result = analyse(client, text)
+    def cost(module: str | bytes) -> Mapping[str, float] | None:
+        result = analyse(client, module)
         return result if isinstance(result, dict) else None
 
     return cost
 
 
-def analyse_loops(executable: Any, text: str) -> LoopCost:
-    """Loop-aware cost of the executable whose optimized HLO is ``text`` (agent thread)."""
-    return loop_cost(text, xla_cost_function(executable))
+def analyse_loops(executable: Any, modules: Sequence[bytes]) -> LoopCost:
+    """Loop-aware cost of the executable whose optimized HLO modules are ``modules``
+    (serialized ``HloModuleProto`` s; agent thread)."""
+    return loop_cost_of_protos(modules, xla_cost_function(executable))
 
 
 def with_loop_cost(program: Program, cost: LoopCost) -> Program:

@@ -1,4 +1,4 @@
-"""Loop-aware cost of a compiled program, from its optimized HLO text.
+"""Loop-aware cost of a compiled program, from its optimized HLO module.
 
 XLA's ``Compiled.cost_analysis()`` (HloCostAnalysis::HandleWhile) counts a while loop's body and
 condition once, whatever the trip count: a matmul inside a 40-trip ``lax.scan`` is reported as
@@ -14,6 +14,10 @@ conditional adds max_b F(b) - max_b X(b) per figure (XLA takes the costliest bra
 any other call adds F(callee) - X(callee). Only computations that (transitively) run a loop are
 costed, so a program without loops costs no XLA call at all.
 
+The module is read from its ``HloModuleProto`` (:func:`loop_cost_of_protos`, what the agent
+does: XLA's own fields, not a printed format) or from its text (:func:`loop_cost`, for HLO that
+only comes as text); both give the same graph (:mod:`xmon.hlo.graph`) and the same figures.
+
 Trip counts come from XLA's ``known_trip_count`` backend_config annotation, else from a
 condition comparing a simple induction variable (get-tuple-element of the loop state) with a
 constant, with the initial value from the while's operand tuple and the step from the body's
@@ -21,21 +25,27 @@ root tuple. A loop whose trip count is neither has its body counted once (as XLA
 the result a lower bound.
 
 GEMM custom-calls, which XLA's cost analysis counts as 0 (see ``xmon.hlo``), are weighed the same
-way. Nothing here imports jax: XLA's cost comes in as a callable, and malformed text never raises.
+way. Nothing here imports jax: XLA's cost comes in as a callable, and a malformed module never
+raises.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
-from xmon.execution.trip_count import KNOWN_TRIP_COUNT, annotated_trips, attr_callee, trip_count
-from xmon.hlo import GEMM_CALL_TARGETS, Computation, Instruction, Module, callees, parse_modules
+from xmon.execution.trip_count import annotated_trips, trip_count
+from xmon.hlo.graph import GEMM_CALL_TARGETS, Computation, Instruction, ModuleGraph
+from xmon.hlo.proto import read_module, scan_module
+from xmon.hlo.text import KNOWN_TRIP_COUNT, parse_modules
 
-# XLA's cost of the module text given (its ENTRY is the computation wanted): the dict of
-# HloCostAnalysis ("flops", "transcendentals", "bytes accessed", ...), or None if unknown.
-XlaCost = Callable[[str], Mapping[str, float] | None]
+# XLA's cost of the module given (text, or a serialized HloModuleProto; its ENTRY is the
+# computation wanted): the dict of HloCostAnalysis ("flops", "transcendentals",
+# "bytes accessed", ...), or None if unknown.
+XlaCost = Callable[[str | bytes], Mapping[str, float] | None]
+Module = ModuleGraph[Any]
 
 # Each XLA call reparses the computation and what it calls; past this many, the program's cost
 # is left at XLA's figure and marked a lower bound rather than stall the agent's thread.
@@ -137,7 +147,7 @@ class _Costing:
             if computation is None or name in seen:
                 return False  # unknown, or a cycle in malformed text
             self._loops_in[name] = any(
-                i.opcode == "while" or any(self.has_loops(c, seen | {name}) for c in callees(i)[0])
+                i.opcode == "while" or any(self.has_loops(c, seen | {name}) for c in i.called()[0])
                 for i in computation.instructions
             )
         return self._loops_in[name]
@@ -153,14 +163,14 @@ class _Costing:
         return self._static[name]
 
     def _xla(self, name: str) -> Cost | None:
-        text = self.module.text_with_entry(name)
-        if text is None or self._xla_cost is None:
+        module = self.module.with_entry(name)
+        if module is None or self._xla_cost is None:
             return None
         if self._calls_left <= 0:
             raise _Budget
         self._calls_left -= 1
         try:
-            costs = self._xla_cost(text)
+            costs = self._xla_cost(module)
             if not costs:
                 return None
             # XLA leaves a property out of the dict where nothing has it (0 transcendentals).
@@ -190,11 +200,11 @@ class _Costing:
             self._active.discard(name)
         return self._aware[name]
 
-    def _adjustment(self, computation: Computation, instruction: Instruction) -> Cost:
+    def _adjustment(self, computation: Computation[Any], instruction: Instruction) -> Cost:
         """What F adds to X for one instruction of ``computation``."""
         if instruction.opcode == "while":
             return self._while(computation, instruction)
-        names, one_of = callees(instruction)
+        names, one_of = instruction.called()
         names = [n for n in names if n in self.module.computations]
         if not any(self.has_loops(n) for n in names):
             return Cost()
@@ -204,7 +214,7 @@ class _Costing:
             return _maximum(aware) - _maximum(static)
         return _sum(self.aware(n) - self.static(n) for n in names if self.has_loops(n))
 
-    def _while(self, computation: Computation, instruction: Instruction) -> Cost:
+    def _while(self, computation: Computation[Any], instruction: Instruction) -> Cost:
         loop = self._loops.get(instruction.name) or _loop(self.module, computation, instruction)
         body, condition, trips = loop.body, loop.condition, loop.trip_count
         if body not in self.module.computations or condition not in self.module.computations:
@@ -215,10 +225,10 @@ class _Costing:
         return body_extra + self.aware(condition).scaled(checks) - self.static(condition)
 
 
-def _loop(module: Module, computation: Computation, instruction: Instruction) -> Loop:
+def _loop(module: Module, computation: Computation[Any], instruction: Instruction) -> Loop:
     trips, source = trip_count(module, computation, instruction)
-    body = attr_callee(instruction, "body") or ""
-    condition = attr_callee(instruction, "condition") or ""
+    body = instruction.called_as("body") or ""
+    condition = instruction.called_as("condition") or ""
     return Loop(instruction.name, computation.name, body, condition, trips, source)
 
 
@@ -249,15 +259,62 @@ def _sum(costs: Iterable[Cost]) -> Cost:
 
 # --- the program -------------------------------------------------------------------------------
 
-# Parsing runs in Python in the job's own process (the agent's thread, holding the GIL), at about
-# 10 MB of text a second (a 26.8 MB module of 1,499 computations took 2.6 s on a 2-core machine).
-# Larger texts would hold the job's Python threads for seconds: they are only scanned for their
-# loops, and a program with any is marked a lower bound. Texts without a while loop or a
-# custom-call are not parsed at all.
+# Reading runs in Python in the job's own process (the agent's thread, holding the GIL). Text is
+# parsed at about 10 MB a second (a 26.8 MB module of 1,499 computations took 2.6 s on a 2-core
+# machine); a module proto is decoded by protobuf's C code and only its instructions' few fields
+# are visited from Python: a 0.9 MB module of 8,151 instructions is read and its 12 loops found
+# and weighed in 0.1 s (its 1.0 MB of text took 0.22 s), XLA's calls aside. Larger modules would
+# hold the job's Python threads for seconds: they are only scanned for their loops, and a
+# program with any is marked a lower bound. Texts without a while loop or a custom-call are not
+# parsed at all.
 DEFAULT_MAX_TEXT_CHARS = 16 * 1024 * 1024
+DEFAULT_MAX_PROTO_BYTES = 16 * 1024 * 1024
 _WHILE_LINE = re.compile(
     r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*[^\n]*?\swhile\((?P<rest>.*)$", re.M
 )
+
+
+def loop_cost_of_protos(
+    serialized: Sequence[bytes],
+    xla_cost: XlaCost | None,
+    max_xla_calls: int = DEFAULT_MAX_XLA_CALLS,
+    max_bytes: int = DEFAULT_MAX_PROTO_BYTES,
+) -> LoopCost:
+    """Loop-aware cost of the program whose modules are ``serialized`` (each an
+    ``HloModuleProto``, ``executable.hlo_modules()[k].as_serialized_hlo_module_proto()``).
+
+    ``xla_cost`` gives XLA's cost of a serialized module; without it only the loops and the
+    GEMM custom-calls are counted, and a program with loops gets ``extra=None`` (a lower
+    bound). Never raises.
+    """
+    try:
+        size = sum(len(module) for module in serialized)
+        if size > max_bytes:
+            return _scanned([scan_module(module) for module in serialized], size, max_bytes)
+        modules = [read_module(module) for module in serialized]
+        if any(module is None for module in modules):
+            return LoopCost(reason="an HLO module proto could not be read")
+        readable = [module for module in modules if module is not None]
+        cost = _modules_cost(readable, xla_cost, max_xla_calls)
+        targets = set().union(*(module.custom_call_targets() for module in readable))
+    except Exception as exc:  # noqa: BLE001 - a monitor must survive any module
+        return LoopCost(reason=f"unreadable HLO module ({type(exc).__name__})")
+    uncosted = tuple(sorted(targets - _FLOP_FREE_TARGETS - GEMM_CALL_TARGETS))
+    return replace(cost, uncosted_custom_calls=uncosted) if uncosted else cost
+
+
+def _scanned(scans: Sequence[Any], size: int, max_bytes: int) -> LoopCost:
+    loops = tuple(
+        Loop(name, "", "", "", trips, "known_trip_count" if trips is not None else "unknown")
+        for scan in scans
+        for name, digits in scan.whiles
+        for trips in [annotated_trips(digits) if digits else None]
+    )
+    targets = frozenset().union(*(scan.custom_call_targets for scan in scans))
+    gemm = None if targets & GEMM_CALL_TARGETS else 0.0
+    reason = f"HLO modules of {size} bytes, over {max_bytes}"
+    uncosted = tuple(sorted(targets - _FLOP_FREE_TARGETS - GEMM_CALL_TARGETS))
+    return LoopCost(loops, None if loops else Cost(), gemm, reason, uncosted)
 
 
 def loop_cost(
@@ -312,19 +369,24 @@ def _loop_cost(
         return _too_large(hlo_text, max_text_chars)
     if " while(" not in hlo_text and "custom-call(" not in hlo_text:
         return LoopCost(extra=Cost())  # the common case: nothing to parse
+    return _modules_cost(parse_modules(hlo_text), xla_cost, max_xla_calls)
+
+
+def _modules_cost(modules: Sequence[Module], xla_cost: XlaCost | None, max_calls: int) -> LoopCost:
+    """Loops, loop-aware extra over XLA's figures and GEMM FLOPs summed over the modules."""
     loops: list[Loop] = []
     extra: Cost | None = Cost()
     gemm = 0.0
     reason: str | None = None
-    for module in parse_modules(hlo_text):
+    for module in modules:
         found = find_loops(module)
         loops += found
         by_name = {loop.name: loop for loop in found}
         try:
-            module_extra, module_gemm, ok = _module_cost(module, by_name, xla_cost, max_xla_calls)
+            module_extra, module_gemm, ok = _module_cost(module, by_name, xla_cost, max_calls)
         except _Budget:
-            module_extra, module_gemm, ok = _module_cost(module, by_name, None, max_xla_calls)
-            reason = f"more than {max_xla_calls} computations to cost"
+            module_extra, module_gemm, ok = _module_cost(module, by_name, None, max_calls)
+            reason = f"more than {max_calls} computations to cost"
         else:
             if not ok and found:
                 reason = reason or "XLA's cost of a loop body could not be read"

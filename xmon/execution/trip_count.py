@@ -1,20 +1,19 @@
-"""Trip counts of XLA while loops, read from optimized HLO text (pure: no jax).
+"""Trip counts of XLA while loops, read from an HLO module's graph (pure: no jax).
 
 XLA's ``known_trip_count`` backend_config annotation where present; else a condition comparing
 a simple induction variable (a get-tuple-element of the loop state, possibly inside a fusion)
 with a constant, the initial value from the while's operand tuple and the step from the body's
-root tuple; else unknown. Malformed text gives "unknown", never an exception.
+root tuple; else unknown. The graph comes from the module's proto (:mod:`xmon.hlo.proto`) or
+its text (:mod:`xmon.hlo.text`); a malformed module gives "unknown", never an exception.
 """
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from xmon.hlo import Computation, Instruction, Module, callees
+from xmon.hlo.graph import Computation, Instruction, ModuleGraph
 
-KNOWN_TRIP_COUNT = re.compile(r'known_trip_count[\\"]*\s*:\s*\{[\\"]*n[\\"]*\s*:\s*[\\"]*(\d+)')
-_DIRECTION = re.compile(r"\bdirection=(?P<direction>[A-Z]+)")
-_INDEX = re.compile(r"\bindex=(?P<index>\d+)")
+Module = ModuleGraph[Any]
 _FLIPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
 _PASS_THROUGH = frozenset({"copy", "convert", "bitcast", "reshape"})  # keep a scalar's value
 
@@ -26,12 +25,12 @@ MAX_TRIP_COUNT = 1 << 40
 
 
 def trip_count(
-    module: Module, computation: Computation, loop: Instruction
+    module: Module, computation: Computation[Any], loop: Instruction
 ) -> tuple[int | None, str]:
     """Trip count of a while instruction and where it came from."""
-    known = KNOWN_TRIP_COUNT.search(loop.attrs)
+    known = loop.trip_annotation
     if known is not None:
-        trips = annotated_trips(known[1])
+        trips = annotated_trips(known)
         return (trips, "known_trip_count") if trips is not None else (None, "unknown")
     try:
         derived = _trip_count_from_condition(module, computation, loop)
@@ -52,30 +51,24 @@ def annotated_trips(digits: str) -> int | None:
 
 
 def _trip_count_from_condition(
-    module: Module, computation: Computation, loop: Instruction
+    module: Module, computation: Computation[Any], loop: Instruction
 ) -> int | None:
-    names, _ = callees(loop)
-    condition = module.computations.get(attr_callee(loop, "condition") or "")
-    body = module.computations.get(attr_callee(loop, "body") or "")
-    if condition is None or body is None or not names or not loop.operands:
+    condition = module.computations.get(loop.called_as("condition") or "")
+    body = module.computations.get(loop.called_as("body") or "")
+    if condition is None or body is None or not loop.operand_names:
         return None
     compared = _comparison(module, condition)
     if compared is None:
         return None
     index, bound, direction = compared
-    init = _tuple_element_constant(computation, loop.operands[0][0], index)
+    init = _tuple_element_constant(computation, loop.operand_names[0], index)
     step = _step(module, body, index)
     if init is None or step is None:
         return None
     return _count(init, bound, step, direction)
 
 
-def attr_callee(instruction: Instruction, key: str) -> str | None:
-    match = re.search(rf"\b{key}=%?(?P<name>[^\s,{{}}()]+)", instruction.attrs)
-    return match["name"] if match else None
-
-
-def _comparison(module: Module, condition: Computation) -> tuple[int, int, str] | None:
+def _comparison(module: Module, condition: Computation[Any]) -> tuple[int, int, str] | None:
     """(state index, constant, direction) of a condition ``state[index] <direction> constant``."""
     root = condition.root()
     if root is None:
@@ -83,11 +76,10 @@ def _comparison(module: Module, condition: Computation) -> tuple[int, int, str] 
     resolved = _binary(module, condition, root, "compare")
     if resolved is None:
         return None
-    (lhs_comp, lhs), (rhs_comp, rhs), attrs = resolved
-    direction_match = _DIRECTION.search(attrs)
-    if direction_match is None:
+    (lhs_comp, lhs), (rhs_comp, rhs), compare = resolved
+    direction = compare.direction
+    if direction is None:
         return None
-    direction = direction_match["direction"]
     lhs_index, rhs_index = _state_index(lhs_comp, lhs), _state_index(rhs_comp, rhs)
     lhs_const, rhs_const = _constant(lhs_comp, lhs), _constant(rhs_comp, rhs)
     if lhs_index is not None and rhs_const is not None:
@@ -97,31 +89,31 @@ def _comparison(module: Module, condition: Computation) -> tuple[int, int, str] 
     return None
 
 
-Operand = tuple[Computation, str]  # an operand name and the computation it is defined in
+Operand = tuple[Computation[Any], str]  # an operand name and the computation defining it
 
 
 def _binary(
-    module: Module, computation: Computation, instruction: Instruction, opcode: str
-) -> tuple[Operand, Operand, str] | None:
-    """Operands and attributes of a two-operand ``opcode``, looking through a fusion whose root
-    it is (CPU and GPU XLA wrap even a scalar compare or add in one)."""
-    if instruction.opcode == opcode and len(instruction.operands) == 2:
-        (lhs, _), (rhs, _) = instruction.operands
-        return (computation, lhs), (computation, rhs), instruction.attrs
+    module: Module, computation: Computation[Any], instruction: Instruction, opcode: str
+) -> tuple[Operand, Operand, Instruction] | None:
+    """Operands of a two-operand ``opcode`` and the instruction itself, looking through a
+    fusion whose root it is (CPU and GPU XLA wrap even a scalar compare or add in one)."""
+    if instruction.opcode == opcode and len(instruction.operand_names) == 2:
+        lhs, rhs = instruction.operand_names
+        return (computation, lhs), (computation, rhs), instruction
     if instruction.opcode != "fusion":
         return None
-    fused = module.computations.get(attr_callee(instruction, "calls") or "")
+    fused = module.computations.get(instruction.called_as("calls") or "")
     root = fused.root() if fused is not None else None
-    if fused is None or root is None or root.opcode != opcode or len(root.operands) != 2:
+    if fused is None or root is None or root.opcode != opcode or len(root.operand_names) != 2:
         return None
-    outer = [_fusion_operand(computation, instruction, fused, name) for name, _ in root.operands]
+    outer = [_fusion_operand(computation, instruction, fused, name) for name in root.operand_names]
     if outer[0] is None or outer[1] is None:
         return None
-    return outer[0], outer[1], root.attrs
+    return outer[0], outer[1], root
 
 
 def _fusion_operand(
-    computation: Computation, fusion: Instruction, fused: Computation, name: str
+    computation: Computation[Any], fusion: Instruction, fused: Computation[Any], name: str
 ) -> Operand | None:
     """The fusion operand that fused parameter ``name`` stands for; a fused constant as is."""
     inner = fused.instruction(name)
@@ -129,60 +121,57 @@ def _fusion_operand(
         return None
     if inner.opcode == "constant":
         return fused, name
-    if inner.opcode != "parameter" or not inner.operands:
+    number = inner.parameter_number
+    if number is None:
         return None
-    number = int(inner.operands[0][0])
-    return (computation, fusion.operands[number][0]) if number < len(fusion.operands) else None
+    operands = fusion.operand_names
+    return (computation, operands[number]) if 0 <= number < len(operands) else None
 
 
-def _follow(computation: Computation, name: str) -> Instruction | None:
+def _follow(computation: Computation[Any], name: str) -> Instruction | None:
     """The instruction defining ``name``, looking through value-preserving copies."""
     for _ in range(16):  # a bound, for cycles in malformed text
         instruction = computation.instruction(name)
         if instruction is None or instruction.opcode not in _PASS_THROUGH:
             return instruction
-        if not instruction.operands:
+        if not instruction.operand_names:
             return None
-        name = instruction.operands[0][0]
+        name = instruction.operand_names[0]
     return None
 
 
-def _state_index(computation: Computation, name: str) -> int | None:
+def _state_index(computation: Computation[Any], name: str) -> int | None:
     """k where ``name`` is get-tuple-element(parameter, index=k) of the loop state."""
     instruction = _follow(computation, name)
     if instruction is None or instruction.opcode != "get-tuple-element":
         return None
-    source = computation.instruction(instruction.operands[0][0]) if instruction.operands else None
-    index = _INDEX.search(instruction.attrs)
-    if source is None or source.opcode != "parameter" or index is None:
+    operands = instruction.operand_names
+    source = computation.instruction(operands[0]) if operands else None
+    if source is None or source.opcode != "parameter":
         return None
-    return int(index["index"])
+    return instruction.tuple_index
 
 
-def _constant(computation: Computation, name: str) -> int | None:
+def _constant(computation: Computation[Any], name: str) -> int | None:
+    """The value of a scalar integer constant (not a float or array: no induction bound)."""
     instruction = _follow(computation, name)
-    if instruction is None or instruction.opcode != "constant" or not instruction.operands:
-        return None
-    try:
-        return int(instruction.operands[0][0])
-    except ValueError:  # a float or an array constant: not an integer induction bound
-        return None
+    return instruction.integer_constant if instruction is not None else None
 
 
-def _tuple_element_constant(computation: Computation, name: str, index: int) -> int | None:
+def _tuple_element_constant(computation: Computation[Any], name: str, index: int) -> int | None:
     """The constant at ``index`` of the tuple the while starts from."""
     state = _follow(computation, name)
-    if state is None or state.opcode != "tuple" or index >= len(state.operands):
+    if state is None or state.opcode != "tuple" or index >= len(state.operand_names):
         return None
-    return _constant(computation, state.operands[index][0])
+    return _constant(computation, state.operand_names[index])
 
 
-def _step(module: Module, body: Computation, index: int) -> int | None:
+def _step(module: Module, body: Computation[Any], index: int) -> int | None:
     """s where the body's root tuple sets ``state[index] = state[index] + s`` (or minus)."""
     root = body.root()
-    if root is None or root.opcode != "tuple" or index >= len(root.operands):
+    if root is None or root.opcode != "tuple" or index >= len(root.operand_names):
         return None
-    update = _follow(body, root.operands[index][0])
+    update = _follow(body, root.operand_names[index])
     if update is None:
         return None
     for opcode, sign in (("add", 1), ("subtract", -1)):

@@ -1,12 +1,16 @@
-"""FLOPs of cuBLAS GEMM custom-calls, read from optimized HLO text.
+"""HLO modules read from their text, and FLOPs of cuBLAS GEMM custom-calls in it.
+
+The agent reads a program's structure from its ``HloModuleProto`` (:mod:`xmon.hlo.proto`), whose
+fields XLA defines; XLA does not promise a text format. Text is read here for what only comes as
+text: HLO a user pastes, hand-written modules in tests, and the ``xmon.hlo`` functions below that
+take ``compiled.as_text()``. Both give the same graph (:mod:`xmon.hlo.graph`).
 
 XLA:GPU lowers some dots (f32 ones, for example) to custom-calls into cuBLAS/cuBLASLt, and
 ``Compiled.cost_analysis()['flops']`` does not count those: a 4096x4096 f32 matmul reported
 16.8 M FLOPs instead of 2*4096**3 = 1.37e11 (H100, jax 0.11.2). PJRT's cost analysis is XLA's
 generic HloCostAnalysis, whose HandleCustomCall reports 0 for any custom-call; dots that stay
 dots (Triton GEMM fusions, bf16 on the same machine) are counted. xmon therefore adds the GEMM
-custom-calls it finds in the optimized module text (``compiled.as_text()``,
-``HloModule.to_string()``).
+custom-calls it finds in the optimized module.
 
 A GEMM does 2 * (elements of its output) * (product of the lhs contracting dimension sizes)
 FLOPs: GpuHloCostAnalysis::HandleCustomCall (xla/service/gpu/model/gpu_hlo_cost_analysis.cc,
@@ -22,32 +26,44 @@ whose shapes are dynamic or whose configuration cannot be read are counted in
 :func:`gemm_custom_call_count` but add no FLOPs. Nothing here imports jax, and malformed text
 never raises: unreadable parts are skipped.
 
-The parser is public for other readers of optimized HLO: :func:`parse_modules` gives each
-module's computations (:class:`Computation`, their :class:`Instruction` s and text lines),
-:func:`callees` the call graph, and :meth:`Module.text_with_entry` a module whose entry is any
-one computation (to run XLA's own cost analysis on it).
+:func:`parse_modules` gives each module's computations (:class:`Computation`, their
+:class:`Instruction` s and text lines), :func:`callees` the call graph, and
+:meth:`Module.with_entry` a module whose entry is any one computation (to run XLA's own cost
+analysis on it).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import ChainMap
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
-# Call targets from XLA's xla/service/gpu/cublas_cudnn.cc (kGemmCallTarget,
-# kCublasLtMatmulCallTarget, kCublasLtMatmulF8CallTarget, kCublasLtMatmulMxCallTarget) and the
-# grouped (ragged) GEMM of newer XLA. ROCm builds reuse these names for hipBLAS(Lt).
-GEMM_CALL_TARGETS = frozenset(
-    {
-        "__cublas$gemm",
-        "__cublas$lt$matmul",
-        "__cublas$lt$matmul$f8",
-        "__cublas$lt$matmul$mx",
-        "__cublas$lt$groupedMatmul",
-    }
+from xmon.hlo.graph import (
+    ASYNC_FOLLOWERS,
+    GEMM_CALL_TARGETS,
+    Computation,
+    GemmCall,
+    GemmTotals,
+    ModuleGraph,
+    gemm_flops,
 )
+
+__all__ = [
+    "GEMM_CALL_TARGETS",
+    "KNOWN_TRIP_COUNT",
+    "Computation",
+    "GemmCall",
+    "Instruction",
+    "Module",
+    "callees",
+    "custom_call_gemm_flops",
+    "find_gemm_custom_calls",
+    "gemm_custom_call_count",
+    "gemm_target",
+    "parse_instruction",
+    "parse_modules",
+]
 
 _SHAPE_START = r"(?:\(|[a-z][a-z0-9]*\[)"
 _INSTRUCTION = re.compile(
@@ -66,14 +82,9 @@ _LIST_CALL = re.compile(r"\b(?:calls|branch_computations|called_computations)=\{
 _OPEN, _CLOSE = "([{", ")]}"
 
 
-@dataclass(frozen=True)
-class GemmCall:
-    """One GEMM custom-call instruction of the module text (not weighted by call sites)."""
-
-    name: str
-    computation: str
-    target: str
-    flops: float | None  # None: dynamic shapes or unreadable dot_dimension_numbers
+KNOWN_TRIP_COUNT = re.compile(r'known_trip_count[\\"]*\s*:\s*\{[\\"]*n[\\"]*\s*:\s*[\\"]*(\d+)')
+_DIRECTION = re.compile(r"\bdirection=(?P<direction>[A-Z]+)")
+_INDEX = re.compile(r"\bindex=(?P<index>\d+)")
 
 
 @dataclass(frozen=True)
@@ -87,23 +98,59 @@ class Instruction:
     attrs: str  # everything after the operand list, e.g. ", index=0, metadata={...}"
     is_root: bool = False
 
+    @property
+    def operand_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.operands)
 
-@dataclass
-class Computation:
-    """One computation: its instructions, and its text lines to rebuild a module from."""
+    def called(self) -> tuple[list[str], bool]:
+        return callees(self)
 
-    name: str
-    is_entry: bool
-    instructions: list[Instruction] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)  # header, instructions and "}", as read
+    def named_computations(self) -> list[str]:
+        if self.opcode in ASYNC_FOLLOWERS:
+            return _callees(self.attrs)
+        return callees(self)[0]
 
-    def root(self) -> Instruction | None:
-        """The ROOT instruction; without one (hand-written text), the last instruction."""
-        roots = [i for i in self.instructions if i.is_root]
-        return roots[-1] if roots else (self.instructions[-1] if self.instructions else None)
+    def called_as(self, role: str) -> str | None:
+        match = re.search(rf"\b{role}=%?(?P<name>[^\s,{{}}()]+)", self.attrs)
+        return match["name"] if match else None
 
-    def instruction(self, name: str) -> Instruction | None:
-        return next((i for i in self.instructions if i.name == name), None)
+    @property
+    def trip_annotation(self) -> str | None:
+        known = KNOWN_TRIP_COUNT.search(self.attrs)
+        return known[1] if known else None
+
+    @property
+    def direction(self) -> str | None:
+        match = _DIRECTION.search(self.attrs)
+        return match["direction"] if match else None
+
+    @property
+    def tuple_index(self) -> int | None:
+        match = _INDEX.search(self.attrs) if self.opcode == "get-tuple-element" else None
+        return int(match["index"]) if match else None
+
+    @property
+    def parameter_number(self) -> int | None:
+        if self.opcode != "parameter" or not self.operands:
+            return None
+        number = self.operands[0][0]
+        return int(number) if number.isdigit() else None
+
+    @property
+    def integer_constant(self) -> int | None:
+        if self.opcode != "constant" or not self.operands:
+            return None
+        try:
+            return int(self.operands[0][0])
+        except ValueError:  # a float, a pred or an array constant
+            return None
+
+    @property
+    def custom_call_target(self) -> str | None:
+        if self.opcode != "custom-call":
+            return None
+        match = _TARGET.search(self.attrs)
+        return match["target"] if match else None
 
 
 # --- text scanning ---------------------------------------------------------------------------
@@ -229,23 +276,21 @@ def _dimension_list(attrs: str, key: str) -> tuple[int, ...] | None:
 
 
 def _gemm_flops(instruction: Instruction, shapes: Mapping[str, str]) -> float | None:
-    out = _array_dims(instruction.shape)
-    contracting = _dimension_list(instruction.attrs, "lhs_contracting_dimensions")
-    if out is None or contracting is None or not instruction.operands:
+    if not instruction.operands:
         return None
     lhs_name, lhs_inline = instruction.operands[0]
-    lhs = _array_dims(lhs_inline or shapes.get(lhs_name, ""))
-    if lhs is None or any(d < 0 or d >= len(lhs) for d in contracting):
-        return None
+    ragged: tuple[int, ...] = ()
+    batch: tuple[int, ...] = ()
     if "lhs_ragged_dimensions" in instruction.attrs:  # grouped GEMM
         ragged = _dimension_list(instruction.attrs, "lhs_ragged_dimensions") or ()
         batch = _dimension_list(instruction.attrs, "lhs_batch_dimensions") or ()
-        if set(ragged) & (set(contracting) | set(batch)):
-            return None  # groups split K or the batch: the output shape alone does not tell
-    sizes = [*out, *(lhs[d] for d in contracting)]
-    if any(size is None for size in sizes):
-        return None
-    return 2.0 * math.prod(size for size in sizes if size is not None)
+    return gemm_flops(
+        _array_dims(instruction.shape),
+        _array_dims(lhs_inline or shapes.get(lhs_name, "")),
+        _dimension_list(instruction.attrs, "lhs_contracting_dimensions"),
+        ragged,
+        batch,
+    )
 
 
 # --- modules and call graph ------------------------------------------------------------------
@@ -262,36 +307,30 @@ def callees(instruction: Instruction) -> tuple[list[str], bool]:
     async-done and async-update name the computation of their async-start, which runs it once:
     they call nothing here.
     """
-    if instruction.opcode in ("async-done", "async-update"):
+    if instruction.opcode in ASYNC_FOLLOWERS:
         return [], False
-    attrs = instruction.attrs
+    return _callees(instruction.attrs), instruction.opcode == "conditional"
+
+
+def _callees(attrs: str) -> list[str]:
     if not (_SINGLE_CALL.search(attrs) or _LIST_CALL.search(attrs)):
-        return [], False  # most instructions call nothing: skip the string stripping below
+        return []  # most instructions call nothing: skip the string stripping below
     attrs = _QUOTED.sub('""', attrs)  # op_name="while/body=..." must not count as a call
     names = [m["name"] for m in _SINGLE_CALL.finditer(attrs)]
     for match in _LIST_CALL.finditer(attrs):
         names += [n.strip().lstrip("%") for n in match["names"].split(",") if n.strip()]
-    return names, instruction.opcode == "conditional"
+    return names
 
 
-@dataclass(frozen=True)
-class _Totals:
-    flops: float = 0.0
-    count: int = 0
-
-    def __add__(self, other: _Totals) -> _Totals:
-        return _Totals(self.flops + other.flops, self.count + other.count)
-
-
-class Module:
-    """One parsed HLO module: computations by name, the call graph, GEMM custom-call counts.
+class Module(ModuleGraph[Instruction]):
+    """One module read from text: computations by name, the call graph, GEMM custom-calls.
 
     Computations outside any ``{...}`` block (fragments of text) go to one named "".
     """
 
     def __init__(self, text: str) -> None:
         self.preamble: list[str] = []  # lines outside computations (stack frame tables...)
-        self.computations = _parse_computations(text, self.preamble)
+        super().__init__(_parse_computations(text, self.preamble))
         shapes = {i.name: i.shape for c in self.computations.values() for i in c.instructions}
         # Names are unique per module in XLA's output, but hand-written HLO reuses them across
         # computations: look in the GEMM's own computation first.
@@ -299,45 +338,13 @@ class Module:
             name: ChainMap({i.name: i.shape for i in c.instructions}, shapes)
             for name, c in self.computations.items()
         }
-        self._memo: dict[str, _Totals] = {}
-        self._active: set[str] = set()
 
-    def gemm_calls(self) -> Iterator[tuple[Computation, Instruction, str]]:
-        for computation in self.computations.values():
-            for instruction in computation.instructions:
-                target = gemm_target(instruction)
-                if target is not None:
-                    yield computation, instruction, target
-
-    def flops_of(self, computation: Computation, instruction: Instruction) -> float | None:
+    def flops_of(
+        self, computation: Computation[Instruction], instruction: Instruction
+    ) -> float | None:
         return _gemm_flops(instruction, self.shapes[computation.name])
 
-    def roots(self) -> list[str]:
-        """ENTRY computations; in a fragment without one, every computation nothing calls."""
-        entries = [name for name, c in self.computations.items() if c.is_entry]
-        if entries:
-            return entries
-        called = {
-            name
-            for c in self.computations.values()
-            for i in c.instructions
-            for name in callees(i)[0]
-        }
-        return [name for name in self.computations if name not in called]
-
-    def reachable(self, name: str) -> list[str]:
-        """``name`` and every computation it calls, directly or not, in the module's order."""
-        seen, todo = {name}, [name]
-        while todo:
-            computation = self.computations.get(todo.pop())
-            for instruction in computation.instructions if computation else ():
-                for callee in _all_callees(instruction):
-                    if callee not in seen:
-                        seen.add(callee)
-                        todo.append(callee)
-        return [n for n in self.computations if n in seen]
-
-    def text_with_entry(self, name: str) -> str | None:
+    def with_entry(self, name: str) -> str | None:
         """Module text whose ENTRY is computation ``name``, holding what it calls, or None.
 
         The lines outside computations (the stack frame tables that metadata refers to) are
@@ -354,54 +361,19 @@ class Module:
             parts += [("ENTRY " if callee == name else "") + header, *lines[1:]]
         return "\n".join(parts) + "\n"
 
-    def gemm_flops(self, name: str) -> float:
-        """GEMM custom-call FLOPs of one run of computation ``name`` (loop bodies once)."""
-        return self.totals(name).flops
-
-    def totals(self, name: str) -> _Totals:
-        computation = self.computations.get(name)
-        if computation is None or name in self._active:
-            return _Totals()  # unknown callee, or a cycle in malformed text
-        if name not in self._memo:
-            self._active.add(name)
-            self._memo[name] = self._sum(computation)
-            self._active.discard(name)
-        return self._memo[name]
-
-    def _sum(self, computation: Computation) -> _Totals:
-        total = _Totals()
-        for instruction in computation.instructions:
-            if gemm_target(instruction) is not None:
-                flops = self.flops_of(computation, instruction)
-                total += _Totals(flops or 0.0, 1)
-            names, one_of = callees(instruction)
-            callee_totals = [self.totals(n) for n in names]
-            if one_of and callee_totals:
-                total += max(callee_totals, key=lambda t: (t.flops, t.count))
-            else:
-                total = sum(callee_totals, total)
-        return total
-
 
 _ENTRY_PREFIX = re.compile(r"^\s*ENTRY\s+")
 
 
-def _all_callees(instruction: Instruction) -> list[str]:
-    """Every computation the instruction names, async-done's included (for reachability)."""
-    if instruction.opcode in ("async-done", "async-update"):
-        return callees(replace(instruction, opcode="async-start"))[0]
-    return callees(instruction)[0]
-
-
-def _parse_computations(text: str, preamble: list[str]) -> dict[str, Computation]:
+def _parse_computations(text: str, preamble: list[str]) -> dict[str, Computation[Instruction]]:
     """Computations by name; instructions outside any computation go to an unnamed one.
 
     Lines before the first computation (but the HloModule line) are appended to ``preamble``:
     XLA prints its stack frame tables there.
     """
-    loose = Computation("", is_entry=False)
-    computations: dict[str, Computation] = {}
-    current: Computation | None = None
+    loose: Computation[Instruction] = Computation("", is_entry=False)
+    computations: dict[str, Computation[Instruction]] = {}
+    current: Computation[Instruction] | None = None
     for line in _logical_lines(text):
         instruction = parse_instruction(line)
         if instruction is not None:
@@ -437,14 +409,12 @@ def parse_modules(hlo_text: object) -> list[Module]:
 
 def gemm_target(instruction: Instruction) -> str | None:
     """The cuBLAS call target of a GEMM custom-call, or None for any other instruction."""
-    if instruction.opcode != "custom-call":
-        return None
-    match = _TARGET.search(instruction.attrs)
-    return match["target"] if match and match["target"] in GEMM_CALL_TARGETS else None
+    target = instruction.custom_call_target
+    return target if target in GEMM_CALL_TARGETS else None
 
 
-def _module_totals(hlo_text: object) -> _Totals:
-    total = _Totals()
+def _module_totals(hlo_text: object) -> GemmTotals:
+    total = GemmTotals()
     for module in parse_modules(hlo_text):
         try:
             total = sum((module.totals(root) for root in module.roots()), total)
