@@ -65,7 +65,7 @@ def program_rows(quick: bool) -> list[Row]:
 
 
 def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
-    from test_execution import PEAK, SAMPLES, own_rate, run_case
+    from test_execution import PEAK, SAMPLES, UNMARKED, own_rate, run_case, run_unmarked
 
     rows: list[Row] = []
     cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "scan_layers",
@@ -97,10 +97,10 @@ def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
                          error(util.model_flops_utilization_ratio, mfu)])  # fmt: skip
     if quick:
         return rows
-    for case in ("unmarked", "slow_0.3_unmarked", "host_bound"):
+    for case in (*UNMARKED, "host_bound"):
         (workdir / case).mkdir()
-    for case in ("unmarked", "slow_0.3_unmarked"):
-        job, truth = run_case(workdir / case, daemon, case, timeout=150)
+    for case in UNMARKED:
+        job, truth = run_unmarked(workdir / case, daemon, case)
         begins = truth["begins"]
         overall = (len(begins) - 1) / (begins[-1] - begins[0])
         rows += [

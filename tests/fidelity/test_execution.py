@@ -29,10 +29,15 @@ PEAK = CPU_PEAKS["cpu"]["flops_per_second"] * 4  # the job's 4 devices together
 
 
 def run_case(
-    tmp_path: Path, daemon: Daemon, case: str, timeout: float = 90, samples: int = SAMPLES
+    tmp_path: Path,
+    daemon: Daemon,
+    case: str,
+    timeout: float = 90,
+    samples: int = SAMPLES,
+    inferred: bool = False,
 ) -> tuple[Job, dict[str, Any]]:
-    """Run the case until the ledger has ``samples`` samples; its snapshot and the job's
-    truth."""
+    """Run the case until the ledger has ``samples`` samples (and, with ``inferred``, its
+    steps are inferred); its snapshot and the job's truth."""
     out = tmp_path / f"{case}.json"
     script = f"import runpy, sys\nsys.argv = {[str(JOBS), case, str(out)]!r}\n"
     script += f"runpy.run_path({str(JOBS)!r}, run_name='__main__')\n"
@@ -43,7 +48,8 @@ def run_case(
             def sampled() -> Job | None:
                 assert job.alive(), job.log()
                 jobs = [j for j in client.get_snapshot().jobs if j.job_name == case]
-                return jobs[0] if jobs and jobs[0].ledger.samples >= samples else None
+                ready = jobs and jobs[0].ledger.samples >= samples
+                return jobs[0] if ready and (jobs[0].steps.inferred or not inferred) else None
 
             seen = wait_for(sampled, timeout, f"{samples} execution samples of {case}")
         Path(f"{out}.stop").touch()
@@ -138,9 +144,22 @@ def test_a_job_compiling_a_new_program_every_step_has_its_flops_per_step(
     ]
 
 
-@pytest.mark.parametrize("case", ["unmarked", "slow_0.3_unmarked", "slow_2_unmarked"])
+UNMARKED = ["unmarked", "slow_0.3_unmarked", "slow_2_unmarked", "slow_10_unmarked"]
+
+
+def unmarked_timeout(case: str) -> float:
+    """Samples grow from 1 s (4x each, then 3.5 periods) until they hold three starts of the
+    step's program, spaced to keep the duty: 10 s steps are inferred about 3 minutes in."""
+    return 330 if case == "slow_10_unmarked" else 150
+
+
+def run_unmarked(tmp_path: Path, daemon: Daemon, case: str) -> tuple[Job, dict[str, Any]]:
+    return run_case(tmp_path, daemon, case, timeout=unmarked_timeout(case), inferred=True)
+
+
+@pytest.mark.parametrize("case", UNMARKED)
 def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case: str) -> None:
-    job, truth = run_case(tmp_path, daemon, case, timeout=150)
+    job, truth = run_unmarked(tmp_path, daemon, case)
     steps = job.steps
     assert steps.inferred and steps.inferred_from == "jit__layer"
     assert steps.steps_total == 0
