@@ -89,8 +89,10 @@ _JOB_METRICS = (
     _g("xmon_job_start_time_seconds", "Unix time the agent attached to the job.",
        JOB, "seconds", "Job.started_at"),
     _g("xmon_job_pid_verified", "1 if the daemon verified that process pid made a connection to "
-       "its socket (the connection's peer credentials, SO_PEERCRED); 0 where it did not or could "
-       "not check (verify_pids off, a client in a pid namespace the daemon cannot see).",
+       "its socket (the connection's peer credentials, SO_PEERCRED) and showed this stream's "
+       "token as one of its thread names, which only that process can set; 0 where it did not "
+       "or could not check (verify_pids off, a client in a pid namespace the daemon cannot see, "
+       "an agent that offers no proof).",
        JOB, "", "Job.pid_verified"),
     _i("xmon_job_device_info", "A PJRT device as the job sees it (always 1); jax.Device facts. "
        "device is jax.Device.id; local_hardware_id usually equals xmon_device_info's device.",

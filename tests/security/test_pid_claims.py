@@ -241,6 +241,34 @@ def test_a_pid_no_process_holds_yet_is_refused(daemon: Daemon) -> None:
         claimant.close()
 
 
+def test_a_claim_is_bound_to_its_own_stream_by_the_process_s_proof(daemon: Daemon) -> None:
+    """A process connected but not yet attached (a job between its connect and its hello)
+    passes the connection check from any stream. The daemon asks the stream for proof: an
+    impostor who answers without being the process is refused; one who offers none (as an
+    older agent) gets the pid unverified, and the process itself takes it back when it
+    attaches."""
+    victim = Claimant(daemon.socket_path, "victim", "self", hold=True)
+    liar = Claimant(daemon.socket_path, "liar", str(victim.pid), proof="lie")
+    silent = Claimant(daemon.socket_path, "silent", str(victim.pid), proof="none")
+    try:
+        assert liar.codes() == ["PERMISSION_DENIED"], liar.answers
+        assert liar.answers[0][2] == (
+            f"pid {victim.pid} is not this stream's process: process {victim.pid} does not "
+            "show this stream's token: not its stream"
+        )
+        assert silent.codes() == ["OK"], silent.answers
+        wait_for(lambda: _verified(daemon, "silent", victim.pid) == 0.0, 20, "the unproven claim")
+        victim.claim()
+        assert victim.codes() == ["OK"], victim.answers
+        wait_for(lambda: _verified(daemon, "victim", victim.pid) == 1.0, 20, "the proven claim")
+        assert _verified(daemon, "silent", victim.pid) is None, "the unproven stream gave it up"
+        assert refused(daemon.scrape())["pid_claims"] == 1.0
+    finally:
+        for claimant in (victim, liar, silent):
+            claimant.close()
+    assert "gave up pid" in daemon.log() and "Traceback" not in daemon.log()
+
+
 def test_an_unprivileged_user_cannot_claim_a_root_process(
     shared_tmp: Path, attacker: Attacker, sleeper: int
 ) -> None:

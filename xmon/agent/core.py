@@ -20,6 +20,7 @@ from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.hlo_store import HloStore
 from xmon.agent.live_memory import LiveMemory
 from xmon.agent.oom import OomWatch
+from xmon.agent.proof import can_prove
 from xmon.agent.redact import redact_argv
 from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.stall import StallWatch
@@ -226,6 +227,7 @@ class Agent:
             started_at=self.started_at,
             devices=self._device_infos,
             agent_version=__version__,
+            proves_process=can_prove(),
         )
         return xmon_pb2.AgentMessage(hello=hello)
 

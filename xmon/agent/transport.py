@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 
 from xmon import paths
+from xmon.agent.proof import show_token
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.wire import in_parts
 
@@ -67,6 +68,7 @@ class Transport:
         self._call: grpc.Future | None = None
         self._grpc_threads: list[threading.Thread] = []  # gRPC's helpers for our stream
         self._part_bytes = 0  # larger messages go in parts (the daemon's welcome says; 0: never)
+        self._restore_name: Callable[[], None] | None = None  # after a pid proof
         self.counters = TransportCounters()
 
     @property
@@ -186,7 +188,10 @@ class Transport:
 
     def _handle(self, message: xmon_pb2.DaemonMessage) -> None:
         kind = message.WhichOneof("kind")
-        if kind == "welcome":
+        if kind == "prove":
+            self._prove(message.prove.token)
+        elif kind == "welcome":
+            self._name_back()
             self._part_bytes = message.welcome.max_part_bytes
             if self.counters.connects:
                 self.counters.add("reconnects")
@@ -196,7 +201,24 @@ class Transport:
         elif kind == "command":
             self._on_command(message.command)
 
+    def _prove(self, token: str) -> None:
+        """Show the daemon's token as this (the stream) thread's name until the welcome: only
+        this process can, so the daemon knows the pid this stream claims is its own."""
+        self._name_back()
+        self._restore_name = show_token(token)
+        shown = xmon_pb2.AgentMessage(shown=xmon_pb2.ProcessShown(token=token))
+        try:
+            self._queue.put_nowait(Outgoing(shown))
+        except queue.Full:
+            pass  # not connected yet, so nothing else is queued
+
+    def _name_back(self) -> None:
+        restore, self._restore_name = self._restore_name, None
+        if restore is not None:
+            restore()
+
     def _disconnect(self) -> None:
+        self._name_back()
         was_connected = self._connected.is_set()
         self._connected.clear()
         self._call = None

@@ -7,7 +7,8 @@ instead of evicting the first, so a local user cannot make another job's series 
 gRPC's Python server gives a stream no peer credentials (see docs/reliability.md), so the
 claim is checked against those of the connections the daemon accepted (xmon.daemon.peers):
 the claimed pid must be a process that connected to the daemon's socket (or that process's
-pid in its own pid namespace). ``verify_pids`` decides what follows: "prefer" (the default)
+pid in its own pid namespace), and the stream must show that it is that process's
+(xmon.daemon.proof). ``verify_pids`` decides what follows: "prefer" (the default)
 refuses a claim proven false and accepts one that cannot be checked (not Linux, a client in a
 pid namespace the daemon cannot see), marked unverified; "require" accepts only verified
 claims; "off" checks nothing.

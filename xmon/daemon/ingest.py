@@ -23,6 +23,7 @@ from xmon.daemon.jobs import JobState, clean_label
 from xmon.daemon.links import AgentLink
 from xmon.daemon.parts import PartJoiner
 from xmon.daemon.peers import PidCheck, Verdict, watch_exit
+from xmon.daemon.proof import PROOF_SECONDS, new_token, shows_token
 from xmon.daemon.sanitize import scrub
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.wire import PART_BYTES
@@ -53,6 +54,10 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return
         hub = self._hub
         check, refusal = await self._judge_hello(hello)
+        if refusal is None and check.verdict is Verdict.VERIFIED:
+            check, refusal = await self._prove(context, hello, check)
+        if refusal is None:
+            refusal = self._claim(hello, check)
         if refusal is not None:
             hub.counters.reports_rejected += 1
             log.warning("agent refused: job %r: %s", clean_label(hello.job_name), refusal[1])
@@ -105,7 +110,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
     async def _judge_hello(
         self, hello: xmon_pb2.AgentHello
     ) -> tuple[PidCheck, tuple[grpc.StatusCode, str] | None]:
-        """The verdict on the pid the hello claims, and why the hello is refused (or None)."""
+        """The verdict on the pid the hello claims from the daemon's connections, and why the
+        hello is refused (or None)."""
         hub = self._hub
         unchecked = PidCheck(Verdict.UNKNOWN, "not checked")
         refusal = hello_refusal(hello, ())
@@ -118,8 +124,61 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return check, refusal
         if check.host_pid is not None:
             hello.pid = check.host_pid  # the job is known by its pid here, not in its namespace
-        # Other hellos were served during the check: the pid may be attached by now.
-        return check, hello_refusal(hello, (state.pid for state in hub.jobs.values()))
+        return check, None
+
+    async def _prove(
+        self, context: grpc.aio.ServicerContext, hello: xmon_pb2.AgentHello, check: PidCheck
+    ) -> tuple[PidCheck, tuple[grpc.StatusCode, str] | None]:
+        """Bind a claim the connections verified to this stream (xmon.daemon.proof): the
+        agent shows a token of this stream as one of its threads' names. An agent that offers
+        no proof (an older one) keeps its claim unverified."""
+        hub = self._hub
+        pid = hello.pid
+        if not hello.proves_process:
+            reason = f"pid {pid} holds a connection, but its agent offers no proof of this stream"
+            check = PidCheck(Verdict.UNKNOWN, reason, check.host_pid, check.pidfd)
+        else:
+            token = new_token()
+            await context.write(xmon_pb2.DaemonMessage(prove=xmon_pb2.ProveProcess(token=token)))
+            answer = await _next_message(context, PROOF_SECONDS)
+            if answer is None or answer.WhichOneof("kind") != "shown":
+                check = PidCheck(Verdict.REFUTED, f"no proof of pid {pid} came on this stream")
+            elif answer.shown.token != token:
+                check = PidCheck(Verdict.REFUTED, f"a wrong token came for pid {pid}")
+            else:
+                shown = await asyncio.to_thread(shows_token, pid, token)
+                if shown:
+                    return check, None
+                if shown is None:
+                    reason = f"the threads of process {pid} cannot be read"
+                    check = PidCheck(Verdict.UNKNOWN, reason, check.host_pid, check.pidfd)
+                else:
+                    reason = f"process {pid} does not show this stream's token: not its stream"
+                    check = PidCheck(Verdict.REFUTED, reason)
+        refusal = hub.pid_claims.refusal(pid, check)
+        if refusal is not None:
+            hub.budget.refuse("pid_claims")
+        return check, refusal
+
+    def _claim(
+        self, hello: xmon_pb2.AgentHello, check: PidCheck
+    ) -> tuple[grpc.StatusCode, str] | None:
+        """Take the pid for this stream, or say why not. A live stream keeps its pid, unless
+        its claim was never proven and this one is: then the job's own agent takes it back."""
+        hub = self._hub
+        holders = [sid for sid, state in hub.jobs.items() if state.pid == hello.pid]
+        if check.verdict is Verdict.VERIFIED and holders:
+            unproven = [sid for sid in holders if not hub.jobs[sid].pid_verified]
+            for stream_id in unproven:
+                state = hub.drop_job(stream_id)
+                link = hub.links.get(stream_id)
+                if link is not None:
+                    link.ending.set()
+                if state is not None:
+                    log.warning("stream of job %r gave up pid %d to the process itself: its "
+                                "claim was never proven", state.job_name, hello.pid)  # fmt: skip
+            holders = [sid for sid in holders if sid not in unproven]
+        return hello_refusal(hello, (hub.jobs[sid].pid for sid in holders))
 
     async def _read_hello(self, context: grpc.aio.ServicerContext) -> xmon_pb2.AgentHello | None:
         hub = self._hub
@@ -209,6 +268,17 @@ def _ask_sample_length(state: JobState, link: AgentLink) -> None:
     length = xmon_pb2.SampleLength(seconds=wanted)
     if link.tell(xmon_pb2.DaemonCommand(sample_length=length)):
         state.sample_seconds_told = wanted
+
+
+async def _next_message(
+    context: grpc.aio.ServicerContext, timeout: float
+) -> xmon_pb2.AgentMessage | None:
+    """The stream's next message, or None at its end or past ``timeout``."""
+    try:
+        message = await asyncio.wait_for(context.read(), timeout)
+    except TimeoutError:
+        return None
+    return message if isinstance(message, xmon_pb2.AgentMessage) else None
 
 
 async def _first_message(

@@ -19,8 +19,9 @@ pid, never the other's. It is refuted when no connected process is that pid. It 
 decided where the kernel will not say: not Linux, a client whose pid namespace the daemon
 cannot see (the kernel then gives pid 0), descriptors unreadable, or past the time bound.
 
-What stays open: the claim is bound to a connection of the claimed process, not to the
-stream's own connection, which gRPC does not name (docs/reliability.md).
+This binds a claim to a connection of the claimed process, not to the stream's own
+connection, which gRPC does not name; the stream then proves it is that process's
+(xmon.daemon.proof).
 """
 
 from __future__ import annotations

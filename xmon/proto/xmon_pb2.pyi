@@ -35,7 +35,7 @@ class DeviceInfo(_message.Message):
     def __init__(self, id: _Optional[int] = ..., platform: _Optional[str] = ..., device_kind: _Optional[str] = ..., process_index: _Optional[int] = ..., local_hardware_id: _Optional[int] = ..., coords: _Optional[_Iterable[int]] = ..., core_on_chip: _Optional[int] = ..., slice_index: _Optional[int] = ...) -> None: ...
 
 class AgentHello(_message.Message):
-    __slots__ = ("protocol_version", "job_name", "pid", "hostname", "platform", "jax_version", "jaxlib_version", "process_index", "process_count", "argv", "started_at", "devices", "agent_version")
+    __slots__ = ("protocol_version", "job_name", "pid", "hostname", "platform", "jax_version", "jaxlib_version", "process_index", "process_count", "argv", "started_at", "devices", "agent_version", "proves_process")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class AgentHello(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROVES_PROCESS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     job_name: str
     pid: int
@@ -62,7 +63,20 @@ class AgentHello(_message.Message):
     started_at: float
     devices: _containers.RepeatedCompositeFieldContainer[DeviceInfo]
     agent_version: str
-    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., platform: _Optional[str] = ..., jax_version: _Optional[str] = ..., jaxlib_version: _Optional[str] = ..., process_index: _Optional[int] = ..., process_count: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., started_at: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    proves_process: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., platform: _Optional[str] = ..., jax_version: _Optional[str] = ..., jaxlib_version: _Optional[str] = ..., process_index: _Optional[int] = ..., process_count: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., started_at: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., agent_version: _Optional[str] = ..., proves_process: _Optional[bool] = ...) -> None: ...
+
+class ProveProcess(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class ProcessShown(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
 
 class DeviceMemorySample(_message.Message):
     __slots__ = ("device_id", "stats", "live_array_bytes", "live_array_read_at")
@@ -399,20 +413,22 @@ class MessagePart(_message.Message):
     def __init__(self, index: _Optional[int] = ..., last: _Optional[bool] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "report", "result", "execution_sample", "oom", "part")
+    __slots__ = ("hello", "report", "result", "execution_sample", "oom", "part", "shown")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_SAMPLE_FIELD_NUMBER: _ClassVar[int]
     OOM_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
+    SHOWN_FIELD_NUMBER: _ClassVar[int]
     hello: AgentHello
     report: AgentReport
     result: CommandResult
     execution_sample: ExecutionSample
     oom: OomReport
     part: MessagePart
-    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ..., oom: _Optional[_Union[OomReport, _Mapping]] = ..., part: _Optional[_Union[MessagePart, _Mapping]] = ...) -> None: ...
+    shown: ProcessShown
+    def __init__(self, hello: _Optional[_Union[AgentHello, _Mapping]] = ..., report: _Optional[_Union[AgentReport, _Mapping]] = ..., result: _Optional[_Union[CommandResult, _Mapping]] = ..., execution_sample: _Optional[_Union[ExecutionSample, _Mapping]] = ..., oom: _Optional[_Union[OomReport, _Mapping]] = ..., part: _Optional[_Union[MessagePart, _Mapping]] = ..., shown: _Optional[_Union[ProcessShown, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("protocol_version", "daemon_version", "period_seconds", "max_part_bytes")
@@ -471,12 +487,14 @@ class DaemonCommand(_message.Message):
     def __init__(self, command_id: _Optional[int] = ..., start_trace: _Optional[_Union[StartTrace, _Mapping]] = ..., save_memory_profile: _Optional[_Union[SaveMemoryProfile, _Mapping]] = ..., get_hlo: _Optional[_Union[GetHlo, _Mapping]] = ..., sample_length: _Optional[_Union[SampleLength, _Mapping]] = ...) -> None: ...
 
 class DaemonMessage(_message.Message):
-    __slots__ = ("welcome", "command")
+    __slots__ = ("welcome", "command", "prove")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
+    PROVE_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     command: DaemonCommand
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[DaemonCommand, _Mapping]] = ...) -> None: ...
+    prove: ProveProcess
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[DaemonCommand, _Mapping]] = ..., prove: _Optional[_Union[ProveProcess, _Mapping]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("protocol_version",)
