@@ -62,3 +62,5 @@ def add_ledger_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
         b.add("xmon_job_ledger_sampled_seconds", key, ledger.sampled_seconds)
         b.add("xmon_job_ledger_window_seconds", key, ledger.window_seconds)
     b.add("xmon_job_ledger_last_sample_timestamp_seconds", key, ledger.last_sample_at)
+    b.add("xmon_agent_ledger_next_sample_timestamp_seconds", key, a.ledger_next_sample_at)
+    b.add("xmon_job_ledger_sample_seconds_asked", key, ledger.sample_seconds_asked)

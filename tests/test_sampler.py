@@ -205,3 +205,17 @@ def test_the_daemons_ask_for_longer_samples_of_a_job_without_markers() -> None:
     runner.sample_length_listener = ledger.ask_length
     runner.submit(xmon_pb2.DaemonCommand(sample_length=xmon_pb2.SampleLength(seconds=3.5)))
     assert ledger.unmarked_seconds == 3.5 and replies == []
+
+
+def test_the_next_sample_s_time_is_known_while_the_sampler_waits() -> None:
+    """Views say when the ledger's numbers will come (xmon_agent_ledger_next_sample_...)."""
+    config = LedgerConfig(interval=60.0, duration=0.2, first_delay=30.0)
+    idle = ExecutionSampler(config, lambda s: True, lambda: True)
+    assert idle.next_sample_at is None
+    idle.start()
+    try:
+        wait_for(lambda: idle.next_sample_at, 5, "the sampler's first wait")
+        assert idle.next_sample_at == pytest.approx(time.time() + 30.0, abs=2.0)
+    finally:
+        idle.stop()
+    assert idle.next_sample_at is None

@@ -313,6 +313,13 @@ _LEDGER_METRICS = (
        JOB, "seconds", "Job.ledger.window_seconds"),
     _g("xmon_job_ledger_last_sample_timestamp_seconds", "Unix time of the newest execution "
        "sample; absent before the first.", JOB, "seconds", "Job.ledger.last_sample_at"),
+    _g("xmon_agent_ledger_next_sample_timestamp_seconds", "Unix time the agent's next "
+       "execution sample is due: the ledger's first numbers (or the next) come one parse "
+       "later. Absent while a sample records.", JOB, "seconds", "Job.agent.ledger_next_sample_at"),
+    _g("xmon_job_ledger_sample_seconds_asked", "Length the daemon asked the agent's samples to "
+       "have, where a job without markers has steps too long for the configured sample to hold "
+       "whole periods of its busiest program; absent where it asked nothing.",
+       JOB, "seconds", "Job.ledger.sample_seconds_asked"),
 )
 
 _HW = "Snapshot.devices[].hardware."

@@ -372,6 +372,7 @@ class AgentHealth:
     ledger_samples_total: int = 0  # execution samples taken (profiler sessions in memory)
     ledger_samples_skipped_total: int = 0  # not taken: profiler busy, or sample too large
     ledger_samples_busy_total: int = 0  # of those, the profiler busy (the job's own trace)
+    ledger_next_sample_at: float | None = None  # wall clock; None while one records
 
 
 @dataclass(frozen=True)
@@ -397,6 +398,10 @@ class LedgerStats:
     window_seconds: float = 0.0  # wall time from the first to the last of them
     last_sample_at: float | None = None  # wall clock
     parse_errors_total: int = 0  # samples the daemon could not read
+    # What the daemon asked the agent's samples to last, where the job's steps are too long for
+    # the configured sample to hold whole periods of its busiest program (no markers); None
+    # where it asked nothing
+    sample_seconds_asked: float | None = None
     samples_dropped_total: int = 0  # arrived while one was being read, or over the size cap
     # The program last seen starting an execution, in the latest sample that saw any (kept past
     # the window: a stalled job's samples show nothing), and the wall clock of that sample's end

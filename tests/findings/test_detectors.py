@@ -190,6 +190,33 @@ def test_a_job_tracing_itself_throughout_is_told_why_the_ledger_shows_nothing() 
     assert "ledger_kept_busy" not in kinds(detect_setup(job(ledger=unsampled), 120.0, 1.0))
 
 
+def test_a_job_whose_numbers_are_still_to_come_is_told_when() -> None:
+    """A job of long steps waits minutes for the ledger's numbers: without markers while its
+    samples grow to hold whole periods, with markers until the first whole-step sample."""
+    growing = job(steps=StepStats(), programs=(Program("f", "jit_f"),),
+                  ledger=LedgerStats(samples=2, sample_seconds_asked=16.0),
+                  agent=AgentHealth(ledger_next_sample_at=1040.0),
+                  last_report_at=1000.0)  # fmt: skip
+    (inferring,) = detect_setup(growing, 61.0, 1.0)
+    assert inferring.kind == "steps_not_inferred_yet" and inferring.severity == "info"
+    assert dict(inferring.evidence) == {
+        "sample length asked": "16.0 s", "ledger samples": "2", "next sample": "due in 40 s"
+    }  # fmt: skip
+    marked = StepStats(steps_total=4, p50_step_seconds=10.0)
+    waiting = job(steps=marked, ledger=LedgerStats(samples=0), last_report_at=1000.0,
+                  agent=AgentHealth(ledger_next_sample_at=1300.0))  # fmt: skip
+    assert "ledger_pending" not in kinds(detect_setup(waiting, 20.0, 1.0))  # too soon
+    (pending,) = [f for f in detect_setup(waiting, 40.0, 1.0) if f.kind == "ledger_pending"]
+    assert dict(pending.evidence)["next sample"] == "due in 300 s"
+    recording = job(steps=marked, ledger=LedgerStats(samples=0), agent=AgentHealth())
+    (now,) = [f for f in detect_setup(recording, 40.0, 1.0) if f.kind == "ledger_pending"]
+    assert dict(now.evidence)["next sample"] == "recording now"
+    sampled = job(steps=marked, ledger=LedgerStats(samples=1))
+    assert "ledger_pending" not in kinds(detect_setup(sampled, 40.0, 1.0))
+    lost = (Capability("ledger", "gone"),)
+    assert "ledger_pending" not in kinds(detect_setup(job(steps=marked, capabilities=lost), 40, 1))
+
+
 def test_a_capability_unavailable_is_a_warning_that_names_it_and_its_reason() -> None:
     available = (Capability("ledger"), Capability("catalogue"))
     assert "capability_unavailable" not in kinds(detect_setup(job(capabilities=available), 9, 1))

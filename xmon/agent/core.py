@@ -327,6 +327,7 @@ class Agent:
             ledger_samples_total=self.sampler.samples_total,
             ledger_samples_skipped_total=self.sampler.skipped_total,
             ledger_samples_busy_total=self.sampler.busy_total,
+            ledger_next_sample_at=self.sampler.next_sample_at,
         )
 
     def _send_result(self, result: xmon_pb2.CommandResult) -> None:

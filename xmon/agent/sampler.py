@@ -136,6 +136,7 @@ class ExecutionSampler:
         self.busy_total = 0  # skipped because the profiler was busy (the job's trace, a capture)
         self.busy_seconds = 0.0  # time spent starting and stopping sessions
         self.last_recorded = 0.0  # seconds the latest sample recorded (0: none taken)
+        self.next_sample_at: float | None = None  # wall clock of the next sample, while waiting
         self._start_cost = 0.1  # seconds the latest session took to start recording
         self._not_stepping = False  # the latest try found a marked job not stepping
         # What a job without markers records: longer where the daemon asks (ask_length)
@@ -164,7 +165,7 @@ class ExecutionSampler:
 
     def _loop(self) -> None:
         delay = self.config.first_delay
-        while not self._stop.wait(delay):
+        while not self._wait(delay):
             self.last_recorded = 0.0
             if self._ready():
                 self.sample_once()
@@ -174,6 +175,13 @@ class ExecutionSampler:
             delay = next_delay(self.config, self.last_recorded)
             spread = delay * JITTER
             delay += random.uniform(-spread, spread)
+
+    def _wait(self, delay: float) -> bool:
+        """Wait ``delay`` seconds, saying when the next sample is due; True once stopped."""
+        self.next_sample_at = time.time() + delay
+        stopped = self._stop.wait(delay)
+        self.next_sample_at = None
+        return stopped
 
     def sample_once(self) -> bool:
         """Record one sample and send it; False when skipped (never raises)."""

@@ -249,6 +249,7 @@ def _ledger_stats(
         last_sample_at=rates_now.last_sample_at,
         parse_errors_total=ledger.parse_errors_total,
         samples_dropped_total=ledger.samples_dropped_total,
+        sample_seconds_asked=ledger.sample_seconds_wanted,
     )
 
 
@@ -260,10 +261,21 @@ def _compile_stats(
     return CompileStats(**fields_of(report.compile, xmon_pb2.CompileCounters), recent=recent)
 
 
+# A next-sample time further from the report than this is not a schedule (a broken clock or
+# agent): it is left out.
+MAX_SAMPLE_SCHEDULE_SECONDS = 24 * 3600.0
+
+
 def _agent_health(report: xmon_pb2.AgentReport | None) -> AgentHealth:
     if report is None:
         return AgentHealth()
-    return AgentHealth(**fields_of(report.agent, xmon_pb2.AgentCounters))
+    counters = fields_of(report.agent, xmon_pb2.AgentCounters)
+    due = counters.pop("ledger_next_sample_at")
+    if not report.agent.HasField("ledger_next_sample_at"):
+        due = None
+    elif abs(due - report.wall_time) > MAX_SAMPLE_SCHEDULE_SECONDS:
+        due = None
+    return AgentHealth(**counters, ledger_next_sample_at=due)
 
 
 MAX_CAPABILITIES = 16  # the agent has 7; a report with more is cut, not trusted

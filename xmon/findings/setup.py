@@ -20,6 +20,7 @@ def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
         _cache_never_hits(job, since),
         _capabilities_missing(job, since),
         _ledger_kept_busy(job, age_seconds, since),
+        _ledger_pending(job, age_seconds, since),
     ]
     return [f for f in found if f is not None]
 
@@ -30,6 +31,24 @@ def _no_steps(job: Job, age_seconds: float, since: float) -> Finding | None:
         return None
     if not job.programs:
         return None  # nothing compiled yet: the job has not started its work
+    asked = job.ledger.sample_seconds_asked
+    if asked is not None:
+        return Finding(
+            kind="steps_not_inferred_yet",
+            severity="info",
+            summary="no step markers; the steps are longer than a sample, so samples grow until "
+            "they hold whole periods of the busiest program to infer steps from",
+            since=since,
+            evidence=(
+                ("sample length asked", f"{asked:.1f} s"),
+                ("ledger samples", str(job.ledger.samples)),
+                ("next sample", _next_sample(job)),
+            ),
+            fix="Nothing to do: steps, FLOPs per step and HFU come once a sample holds three "
+            "starts of the busiest program (a job of 2 s steps is inferred about 7 minutes in "
+            "at the default pace). Marking the step (`with xmon.step():`) gives them from the "
+            "first sample.",
+        )
     return Finding(
         kind="no_steps",
         severity="info",
@@ -44,6 +63,48 @@ def _no_steps(job: Job, age_seconds: float, since: float) -> Finding | None:
         "jax.profiler.StepTraceAnnotation. Step time, MFU, triggers and the stall finding "
         "need steps.",
     )
+
+
+def _next_sample(job: Job) -> str:
+    due = job.agent.ledger_next_sample_at
+    if due is None:
+        return "recording now"
+    return f"due in {max(0.0, due - job.last_report_at):.0f} s"
+
+
+LEDGER_PENDING_AFTER_SECONDS = 30.0  # stepping this long with no ledger sample in: say when
+
+
+def _ledger_pending(job: Job, age_seconds: float, since: float) -> Finding | None:
+    """A marked job whose ledger has no sample yet: what stands on it is absent until the
+    first one, which for long steps is spaced far out to keep the duty cycle."""
+    if (
+        not job.steps.steps_total
+        or job.ledger.samples
+        or age_seconds < LEDGER_PENDING_AFTER_SECONDS
+    ):
+        return None
+    if job.agent.ledger_samples_busy_total or not _available(job, "ledger"):
+        return None  # said by ledger_kept_busy and capability_unavailable
+    return Finding(
+        kind="ledger_pending",
+        severity="info",
+        summary="FLOPs per step, HFU, executions and device busy come from the execution "
+        "ledger, whose first whole-step sample is not in yet",
+        since=since,
+        evidence=(
+            ("next sample", _next_sample(job)),
+            ("median step", f"{job.steps.p50_step_seconds or 0.0:.3g} s"),
+            ("samples taken", str(job.agent.ledger_samples_total)),
+        ),
+        fix="Nothing to do: a sample records at least two step begins, and samples are spaced "
+        "to keep the ledger at 1 % of the job's time (after a sample of r seconds the next "
+        "waits 100 r), so with steps of 10 s the numbers come about 20 minutes apart.",
+    )
+
+
+def _available(job: Job, capability: str) -> bool:
+    return all(c.available for c in job.capabilities if c.name == capability)
 
 
 def _stepping(job: Job) -> bool:

@@ -260,7 +260,7 @@ class ProcessIdentity(_message.Message):
     def __init__(self, job_key: _Optional[str] = ..., job_key_declared: _Optional[bool] = ..., distributed: _Optional[bool] = ..., process_index: _Optional[int] = ..., process_count: _Optional[int] = ..., slice_index: _Optional[int] = ..., worker: _Optional[str] = ...) -> None: ...
 
 class AgentCounters(_message.Message):
-    __slots__ = ("reports_sent_total", "reports_dropped_total", "events_dropped_total", "reconnects_total", "overhead_seconds_total", "ledger_samples_total", "ledger_samples_skipped_total", "ledger_samples_busy_total")
+    __slots__ = ("reports_sent_total", "reports_dropped_total", "events_dropped_total", "reconnects_total", "overhead_seconds_total", "ledger_samples_total", "ledger_samples_skipped_total", "ledger_samples_busy_total", "ledger_next_sample_at")
     REPORTS_SENT_TOTAL_FIELD_NUMBER: _ClassVar[int]
     REPORTS_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     EVENTS_DROPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -269,6 +269,7 @@ class AgentCounters(_message.Message):
     LEDGER_SAMPLES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LEDGER_SAMPLES_SKIPPED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     LEDGER_SAMPLES_BUSY_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_NEXT_SAMPLE_AT_FIELD_NUMBER: _ClassVar[int]
     reports_sent_total: int
     reports_dropped_total: int
     events_dropped_total: int
@@ -277,7 +278,8 @@ class AgentCounters(_message.Message):
     ledger_samples_total: int
     ledger_samples_skipped_total: int
     ledger_samples_busy_total: int
-    def __init__(self, reports_sent_total: _Optional[int] = ..., reports_dropped_total: _Optional[int] = ..., events_dropped_total: _Optional[int] = ..., reconnects_total: _Optional[int] = ..., overhead_seconds_total: _Optional[float] = ..., ledger_samples_total: _Optional[int] = ..., ledger_samples_skipped_total: _Optional[int] = ..., ledger_samples_busy_total: _Optional[int] = ...) -> None: ...
+    ledger_next_sample_at: float
+    def __init__(self, reports_sent_total: _Optional[int] = ..., reports_dropped_total: _Optional[int] = ..., events_dropped_total: _Optional[int] = ..., reconnects_total: _Optional[int] = ..., overhead_seconds_total: _Optional[float] = ..., ledger_samples_total: _Optional[int] = ..., ledger_samples_skipped_total: _Optional[int] = ..., ledger_samples_busy_total: _Optional[int] = ..., ledger_next_sample_at: _Optional[float] = ...) -> None: ...
 
 class ExecutionSample(_message.Message):
     __slots__ = ("started_at", "duration_seconds", "xspace", "step_begin_seconds", "steps_marked", "anchor_seconds")
