@@ -220,3 +220,21 @@ def test_a_process_of_a_multi_process_job_says_which_in_the_job_column() -> None
     single = dataclasses.replace(alone, fleet=FleetIdentity("host/train/1"))
     assert name.cell(fleet) == f"{alone.job_name} [2/4]"
     assert name.cell(single) == name.cell(alone) == alone.job_name
+
+
+def test_a_program_whose_peak_is_below_its_temp_shows_what_it_can_hold() -> None:
+    """XLA's peak can leave the temp allocation out (a CPU gradient: peak 3 MiB = args + out,
+    temp 6 MiB): the memory view says what the program can hold at once instead."""
+    from xmon.model import Program
+    from xmon.top.memory import PEAK_BELOW_TEMP_MARK, _program_label, holds_at_most
+
+    MiB = GiB // 1024  # noqa: N806
+
+    grad = Program("g", "jit_grad", argument_bytes=2 * MiB, output_bytes=MiB, temp_bytes=6 * MiB,
+                   peak_memory_bytes=3 * MiB)  # fmt: skip
+    assert holds_at_most(grad) == 9 * MiB
+    assert f"{PEAK_BELOW_TEMP_MARK} holds up to 9MiB" in _program_label(grad).plain
+    usual = Program("f", "jit_f", argument_bytes=MiB, output_bytes=MiB, temp_bytes=MiB,
+                    peak_memory_bytes=3 * MiB)  # fmt: skip
+    assert holds_at_most(usual) is None and PEAK_BELOW_TEMP_MARK not in _program_label(usual).plain
+    assert holds_at_most(Program("h", "jit_h", temp_bytes=MiB, peak_memory_bytes=0)) is None

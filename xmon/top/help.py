@@ -38,6 +38,8 @@ LEGEND = (
     (fmt.INFERRED_MARK, "steps inferred from the dominant program (no xmon.step)"),
     (fmt.LOWER_BOUND_MARK, "lower bound: a loop's trip count is unknown to XLA"),
     ("! ‼ i", "a job's worst finding: warning, error, info (f shows them)"),
+    ("peak", "memory view: XLA's estimate of a program's live buffers; below"),
+    ("", "temp it leaves temp out: args + out + temp is what it can hold"),
 )
 
 
