@@ -328,9 +328,15 @@ async def _write_until_ending(
     while True:
         getter = asyncio.ensure_future(link.outbox.get())
         waits: set[asyncio.Future[Any]] = {getter, reader, ending}
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when gRPC cancels this handler as the job's stream ends: a getter left
+            # waiting on the dropped link's queue was destroyed pending ("Task was destroyed
+            # but it is pending!" in the daemon's log after ordinary job exits).
+            if not getter.done():
+                getter.cancel()
         if getter not in done:
-            getter.cancel()
             return
         try:
             await context.write(getter.result())
