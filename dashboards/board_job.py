@@ -36,6 +36,9 @@ def _overview() -> Row:
         stat("FLOPs lower bound", "1: a step program has a loop of unknown trip count, so "
              "hardware FLOPs and HFU are at least the values shown.",
              f"xmon_job_flops_lower_bound{{{J}}}"),
+        stat("FLOPs upper bound", "1: a step program has a conditional whose branches do "
+             "different work; XLA counts the costliest, so hardware FLOPs and HFU are at most "
+             "the values shown.", f"xmon_job_flops_upper_bound{{{J}}}"),
         stat("Devices", "PJRT devices of the selected processes.",
              f"count(xmon_job_device_info{{{J}}})"),
         stat("Programs", "Compiled XLA programs reported.", f"sum(xmon_job_programs{{{J}}})"),
@@ -123,6 +126,7 @@ def _programs() -> Row:
               'series limit folds the rest into program="_other").',
               (q(f"xmon_job_program_flops{{{J}}}"), q(f"xmon_job_program_flops_xla{{{J}}}"),
                q(f"xmon_job_program_flops_lower_bound{{{J}}}"),
+               q(f"xmon_job_program_flops_upper_bound{{{J}}}"),
                q(f"xmon_job_program_loops{{{J}}}"),
                q(f"xmon_job_program_bytes_accessed{{{J}}}"),
                q(f"xmon_job_program_executions_per_second{{{J}}}"),

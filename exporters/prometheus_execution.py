@@ -40,6 +40,7 @@ def add_utilization_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
     u = job.utilization
     if job.steps.flops_per_step is not None or u.achieved_flops_per_second is not None:
         b.add("xmon_job_flops_lower_bound", key, u.flops_lower_bound)  # qualifies known FLOPs
+        b.add("xmon_job_flops_upper_bound", key, u.flops_upper_bound)
     b.add("xmon_job_achieved_flops_per_second", key, u.achieved_flops_per_second)
     b.add("xmon_job_achieved_model_flops_per_second", key, u.achieved_model_flops_per_second)
     b.add("xmon_job_tokens_per_second", key, u.tokens_per_second)

@@ -39,6 +39,7 @@ PROGRAM_VALUES: tuple[tuple[str, Callable[[Program], Number | None], Fold], ...]
     ("xmon_job_program_flops", lambda p: p.flops, _fold_sum),
     ("xmon_job_program_flops_xla", lambda p: p.flops_xla, _fold_sum),
     ("xmon_job_program_flops_lower_bound", lambda p: int(p.flops_lower_bound), _fold_max),
+    ("xmon_job_program_flops_upper_bound", lambda p: int(p.flops_upper_bound), _fold_max),
     ("xmon_job_program_loops", lambda p: p.loops, _fold_sum),
     ("xmon_job_program_loops_trip_count_unknown", lambda p: p.loops_unknown_trip_count, _fold_sum),
     ("xmon_job_program_bytes_accessed", lambda p: p.bytes_accessed, _fold_sum),

@@ -118,6 +118,7 @@ def _step_scalars(job: Job) -> Raw:
         ("utilization/tokens_per_second", u.tokens_per_second),
         ("utilization/achieved_bytes_per_second", u.achieved_bytes_per_second),
         ("utilization/flops_lower_bound", u.flops_lower_bound if flops_known else None),
+        ("utilization/flops_upper_bound", u.flops_upper_bound if flops_known else None),
     ]
 
 

@@ -299,6 +299,16 @@ def test_unknown_or_lower_bound_flops_make_the_step_a_lower_bound() -> None:
         assert work.lower_bound
 
 
+def test_a_conditional_s_costliest_branch_counted_makes_the_step_an_upper_bound() -> None:
+    now = ledger_rates([parse(periodic_space(20.0, 10), duration=0.2)])
+    branchy = replace(program("eval", (9,), 1e8), flops_upper_bound=True)
+    work = rates.executed_work([rates.with_ledger(p, now, None)
+                                for p in (program("step", (7,), 1e9), branchy)])  # fmt: skip
+    assert work.upper_bound and not work.lower_bound
+    exact = rates.executed_work([rates.with_ledger(program("step", (7,), 1e9), now, None)])
+    assert not exact.upper_bound
+
+
 def test_before_any_sample_nothing_is_derived() -> None:
     empty = JobLedger().rates()
     p = program("step", (7,), 1e9)

@@ -539,3 +539,44 @@ def test_a_cut_module_proto_is_accepted_by_xla_and_keeps_only_what_it_runs() -> 
 def test_the_proto_reader_does_not_import_jax() -> None:
     code = "import sys, xmon.hlo.proto; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- conditionals: XLA counts the costliest branch ----------------------------------------------
+
+
+def _conditional(second_branch: str) -> str:
+    return f"""HloModule branches
+%cheap (a: f32[8]) -> f32[8] {{
+  %a = f32[8]{{0}} parameter(0)
+  ROOT %am = f32[8]{{0}} multiply(%a, %a)
+}}
+
+%other (b: f32[8]) -> f32[8] {{
+  %b = f32[8]{{0}} parameter(0)
+{second_branch}
+}}
+
+ENTRY %main (x: f32[8], k: s32[]) -> f32[8] {{
+  %x = f32[8]{{0}} parameter(0)
+  %k = s32[] parameter(1)
+  ROOT %c = f32[8]{{0}} conditional(%k, %x, %x), branch_computations={{%cheap, %other}}
+}}
+"""
+
+
+SAME_WORK = "  ROOT %bm = f32[8]{0} multiply(%b, %b)"
+MORE_WORK = "  %b1 = f32[8]{0} multiply(%b, %b)\n  ROOT %b2 = f32[8]{0} multiply(%b1, %b1)"
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_branches_that_do_different_work_make_an_upper_bound(form: str) -> None:
+    uneven = analyse(form, _conditional(MORE_WORK), fake_xla_cost)
+    assert uneven.uneven_conditionals == 1 and uneven.upper_bound and not uneven.lower_bound
+    even = analyse(form, _conditional(SAME_WORK), fake_xla_cost)
+    assert even.uneven_conditionals == 0 and not even.upper_bound
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_branches_that_cannot_be_costed_are_not_shown_exact(form: str) -> None:
+    assert analyse(form, _conditional(SAME_WORK), None).upper_bound
+    assert analyse(form, _conditional(SAME_WORK), lambda module: None).upper_bound

@@ -266,7 +266,8 @@ def test_execution_truth_reaches_the_report(validator: Any) -> None:
     assert entry["agent"]["total"]["ledger_samples"] == 12
     assert entry["ledger"] == {
         "samples": 6, "sampled_seconds": 0.6, "window_seconds": 50.0,
-        "last_sample_at": 1_700_000_190.0, "parse_errors": {"total": 3, "delta": 1},
+        "last_sample_at": 1_700_000_190.0, "next_sample_at": None, "sample_seconds_asked": None,
+        "parse_errors": {"total": 3, "delta": 1},
     }  # fmt: skip
 
 

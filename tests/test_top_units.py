@@ -238,3 +238,12 @@ def test_a_program_whose_peak_is_below_its_temp_shows_what_it_can_hold() -> None
                     peak_memory_bytes=3 * MiB)  # fmt: skip
     assert holds_at_most(usual) is None and PEAK_BELOW_TEMP_MARK not in _program_label(usual).plain
     assert holds_at_most(Program("h", "jit_h", temp_bytes=MiB, peak_memory_bytes=0)) is None
+
+
+def test_flops_bounds_are_marked_apart() -> None:
+    assert fmt.bounded("1.2G", lower=True, upper=False) == "≥1.2G"
+    assert fmt.bounded("1.2G", lower=False, upper=True) == "≤1.2G"
+    assert fmt.bounded("1.2G", lower=True, upper=True) == "≶1.2G"  # neither bound holds
+    assert fmt.bounded("1.2G", lower=False, upper=False) == "1.2G"
+    assert fmt.bounded(fmt.NA_TEXT, lower=True, upper=True) == fmt.NA_TEXT
+    assert {fmt.UPPER_BOUND_MARK, fmt.EITHER_BOUND_MARK} <= {mark for mark, _ in LEGEND}

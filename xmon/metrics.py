@@ -164,7 +164,8 @@ _JOB_METRICS = (
        "series limit).", JOB, "", "len(Job.programs)"),
     _g("xmon_job_program_flops", "FLOPs of one execution per device, loop-aware: XLA's cost "
        "analysis with every while-loop body counted once per trip, plus GEMM custom-calls it "
-       "omits. A lower bound where xmon_job_program_flops_lower_bound is 1." + _FOLD,
+       "omits. A lower bound where xmon_job_program_flops_lower_bound is 1, an upper bound "
+       "where xmon_job_program_flops_upper_bound is 1." + _FOLD,
        PROGRAM, "", _PROG + "flops"),
     _g("xmon_job_program_flops_xla", "FLOPs of one execution per device as XLA's cost analysis "
        "reports them (each loop body counted once)." + _FOLD, PROGRAM, "", _PROG + "flops_xla"),
@@ -172,6 +173,11 @@ _JOB_METRICS = (
        "count, so its FLOPs and bytes are lower bounds; else 0. For "
        f'program="{OTHER_PROGRAM}" 1 if any folded program is.',
        PROGRAM, "", _PROG + "flops_lower_bound"),
+    _g("xmon_job_program_flops_upper_bound", "1 if the program has a conditional (lax.cond, "
+       "lax.switch) whose branches do different work: XLA counts the costliest branch, so its "
+       "FLOPs are an upper bound for a run that takes a cheaper one; else 0. For "
+       f'program="{OTHER_PROGRAM}" 1 if any folded program is.',
+       PROGRAM, "", _PROG + "flops_upper_bound"),
     _g("xmon_job_program_loops", "While loops in the program's optimized HLO." + _FOLD,
        PROGRAM, "", _PROG + "loops"),
     _g("xmon_job_program_loops_trip_count_unknown", "While loops whose trip count XLA does not "
@@ -231,6 +237,10 @@ _STEP_METRICS = (
     _g("xmon_job_flops_lower_bound", "1 if some step program has a loop of unknown trip count, "
        "so FLOPs per step, hardware FLOP/s and HFU are lower bounds; else 0. Absent while FLOPs "
        "per step are unknown.", JOB, "", "Job.utilization.flops_lower_bound"),
+    _g("xmon_job_flops_upper_bound", "1 if some step program has a conditional whose branches "
+       "do different work, so FLOPs per step, hardware FLOP/s and HFU count its costliest "
+       "branch and are upper bounds; else 0. Absent while FLOPs per step are unknown.",
+       JOB, "", "Job.utilization.flops_upper_bound"),
     _g("xmon_job_model_flops_per_step", "Model FLOPs of one step as the user declared them "
        "(xmon.declare_model_flops or xmon.step(flops=...), e.g. 6 x parameters x tokens); "
        "absent without a declaration.",
@@ -578,7 +588,8 @@ Conventions:
   is known; `xmon_job_model_flops_utilization_ratio` (MFU, PaLM's definition) counts only the
   model FLOPs the job declares (`xmon.declare_model_flops(...)` or `xmon.step(flops=...)`) and
   is absent without a declaration.
-  Where `xmon_job_flops_lower_bound` is 1, hardware FLOPs and HFU are lower bounds.
+  Where `xmon_job_flops_lower_bound` is 1, hardware FLOPs and HFU are lower bounds; where
+  `xmon_job_flops_upper_bound` is 1 (a conditional's branches differ), upper bounds.
 - Where `xmon_job_steps_inferred` is 1 the job marks no steps: step counts, times and rates are
   the executions of its dominant repeated program.
 """

@@ -203,6 +203,9 @@ class Program:
     bytes_accessed: float | None = None  # loop-aware, like flops
     bytes_accessed_xla: float | None = None  # cost_analysis()["bytes accessed"] as reported
     flops_lower_bound: bool = False  # a loop of unknown trip count: costs are lower bounds
+    # a conditional whose branches do different work: XLA counts its costliest branch, so the
+    # FLOPs are at most this for a run that takes a cheaper one
+    flops_upper_bound: bool = False
     loops: int = 0  # while loops in the optimized HLO
     loops_unknown_trip_count: int = 0
     argument_bytes: int | None = None
@@ -344,6 +347,7 @@ class Utilization:
     hardware_flops_utilization_ratio: float | None = None
     memory_bandwidth_utilization_ratio: float | None = None
     flops_lower_bound: bool = False  # some program's FLOPs could not be fully counted
+    flops_upper_bound: bool = False  # some program's FLOPs count a conditional's costliest branch
     tokens_per_second: float | None = None
 
 

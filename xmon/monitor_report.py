@@ -63,7 +63,8 @@ _AGENT_COUNTERS = {
 }
 _PROGRAM_FIELDS = (
     "fingerprint", "name", "fun_name", "num_devices", "flops", "flops_xla", "custom_call_flops",
-    "flops_lower_bound", "loops", "loops_unknown_trip_count", "transcendentals",
+    "flops_lower_bound", "flops_upper_bound", "loops", "loops_unknown_trip_count",
+    "transcendentals",
     "bytes_accessed", "bytes_accessed_xla", "argument_bytes", "output_bytes", "alias_bytes",
     "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "compile_seconds", "compiled_at",
     "cache_hit", "in_step", "program_ids", "executions", "executions_per_second",
@@ -349,6 +350,8 @@ def _ledger(job: Job, old: Job | None) -> dict[str, Any]:
         "sampled_seconds": ledger.sampled_seconds if sampled else None,
         "window_seconds": ledger.window_seconds if sampled else None,
         "last_sample_at": ledger.last_sample_at,
+        "next_sample_at": job.agent.ledger_next_sample_at,
+        "sample_seconds_asked": ledger.sample_seconds_asked,
         "parse_errors": _counter(ledger.parse_errors_total, before),
     }
 

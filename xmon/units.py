@@ -9,6 +9,9 @@ business: these functions take numbers only.
 from __future__ import annotations
 
 IEC_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+LOWER_BOUND_MARK = "≥"  # FLOPs of a loop with an unknown trip count: at least this
+UPPER_BOUND_MARK = "≤"  # FLOPs counting a conditional's costliest branch: at most this
+EITHER_BOUND_MARK = "≶"  # both at once: neither bound holds
 SI_PREFIXES = ("", "k", "M", "G", "T", "P", "E")
 
 
@@ -52,3 +55,11 @@ def duration(value: float) -> str:
         hours, rest = divmod(int(value), 3600)
         return f"{hours}h{rest // 60:02d}m"
     return f"{value / 86400:.0f}d"
+
+
+def bound_mark(lower: bool, upper: bool) -> str:
+    """The mark of FLOPs that are a lower bound, an upper bound, both (neither holds) or exact
+    ("")."""
+    if lower and upper:
+        return EITHER_BOUND_MARK
+    return LOWER_BOUND_MARK if lower else UPPER_BOUND_MARK if upper else ""

@@ -8,10 +8,13 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import patterns
 import pytest
+from jax import lax
 
 import xmon
 from xmon.agent.core import Agent
@@ -77,6 +80,48 @@ def test_the_module_proto_and_the_text_give_the_same_figures(name: str) -> None:
     from_text = loop_cost("\n".join(m.to_string() for m in modules), cost)
     assert from_proto == from_text
     assert from_proto.loops and from_proto.reason is None
+
+
+def _flops_of(fn: Any, *args: Any) -> float:
+    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return float(cost["flops"])
+
+
+def test_a_conditional_is_costed_at_its_costliest_branch_and_marked_an_upper_bound() -> None:
+    """lax.cond / lax.switch: XLA counts the costliest branch whichever runs. xmon's figure is
+    that one, marked an upper bound, and holds for every branch the data may take; branches
+    that do the same work stay exact. Inside a scan, the bound is weighed per trip."""
+    x, w = patterns._operands()
+
+    def heavy(v: jax.Array) -> jax.Array:
+        return jnp.tanh((v @ w) @ w)
+
+    def light(v: jax.Array) -> jax.Array:
+        return v * 2.0
+
+    def step(v: jax.Array, k: jax.Array) -> jax.Array:
+        return lax.cond(k > 0, heavy, light, v)
+
+    def scanned(v: jax.Array, ks: jax.Array) -> jax.Array:
+        return lax.scan(lambda c, k: (step(c, k), None), v, ks)[0]
+
+    def even(v: jax.Array, k: jax.Array) -> jax.Array:
+        return lax.switch(k % 2, [lambda u: jnp.tanh(u @ w), lambda u: jnp.sin(u @ w)], v)
+
+    k = jnp.int32(1)
+    cond = xmon_program(patterns.Pattern("cond", None, jax.jit(step), (x, k), 0.0))
+    costliest, cheapest = _flops_of(heavy, x), _flops_of(light, x)
+    assert cond.flops_upper_bound and not cond.flops_lower_bound
+    assert cond.flops == pytest.approx(costliest, rel=0.01) and cond.flops >= cheapest
+    ks = jnp.arange(patterns.TRIPS) % 2  # the branch taken changes with the data
+    looped = xmon_program(patterns.Pattern("scan", None, jax.jit(scanned), (x, ks), 0.0))
+    assert looped.flops_upper_bound and looped.loops == 1
+    assert looped.flops == pytest.approx(patterns.TRIPS * costliest, rel=0.02)
+    same = xmon_program(patterns.Pattern("even", None, jax.jit(even), (x, k), 0.0))
+    assert not same.flops_upper_bound and not same.flops_lower_bound
+    assert same.flops == pytest.approx(patterns.matmul(patterns.BATCH, patterns.WIDTH,
+                                                       patterns.WIDTH), rel=0.02)  # fmt: skip
 
 
 def test_nested_loops_are_both_counted(built: dict[str, tuple[patterns.Pattern, Program]]) -> None:

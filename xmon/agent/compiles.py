@@ -51,6 +51,7 @@ _LOOP_COST_FIELDS = (
     "transcendentals",
     "bytes_accessed",
     "flops_lower_bound",
+    "flops_upper_bound",
     "loops",
     "loops_unknown_trip_count",
 )

@@ -408,6 +408,7 @@ def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:
         in_step=record.in_step,
         program_ids=record.program_ids,
         flops_lower_bound=record.flops_lower_bound,
+        flops_upper_bound=record.flops_upper_bound,
         loops=record.loops,
         loops_unknown_trip_count=record.loops_unknown_trip_count,
     )

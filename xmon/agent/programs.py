@@ -173,6 +173,7 @@ def with_loop_cost(program: Program, cost: LoopCost) -> Program:
         transcendentals=plus(program.transcendentals, extra.transcendentals if extra else None),
         bytes_accessed=plus(program.bytes_accessed_xla, extra.bytes_accessed if extra else None),
         flops_lower_bound=cost.lower_bound,
+        flops_upper_bound=cost.upper_bound,
         loops=len(cost.loops),
         loops_unknown_trip_count=cost.unknown_trip_counts,
     )

@@ -21,7 +21,8 @@ COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS", "LOOPS"
 NARROW = ("JOB", "FINGERPRINT", "PROGRAM", "FLOPS", "BYTES", "FLOP/B", "BOUND", "TEMP", "EXEC/S",
           "DEV/EXEC")  # fmt: skip
 CUT = {"JOB": 12, "PROGRAM": 24}  # longer names end in "…" in the narrow table
-LOWER_BOUND = "≥"  # marks FLOPs of a program with a loop of unknown trip count
+LOWER_BOUND = units.LOWER_BOUND_MARK  # FLOPs of a program with a loop of unknown trip count
+UPPER_BOUND = units.UPPER_BOUND_MARK  # FLOPs counting a conditional's costliest branch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +86,8 @@ def flops_note(items: list[ProgramRow]) -> str:
     note = "FLOPS: per device and execution, every loop body once per trip; XLA_FLOPS: XLA's own"
     if any(r.flops_lower_bound for r in items):
         note += f"; {LOWER_BOUND}: a loop of unknown trip count (n? in LOOPS), a lower bound"
+    if any(r.flops_upper_bound for r in items):
+        note += f"; {UPPER_BOUND}: a conditional's costliest branch counted, an upper bound"
     return note
 
 
@@ -132,8 +135,8 @@ def loops(r: ProgramRow) -> str:
 
 def _cells(r: ProgramRow) -> tuple[str, ...]:
     flops = si(r.flops)
-    if r.flops_lower_bound and r.flops is not None:
-        flops = LOWER_BOUND + flops
+    if r.flops is not None:
+        flops = units.bound_mark(r.flops_lower_bound, r.flops_upper_bound) + flops
     return (
         r.job_name, str(r.pid), r.fingerprint[:12], r.name, flops, si(r.flops_xla), loops(r),
         binary(r.bytes_accessed), si(r.arithmetic_intensity), si(r.ridge_point), r.bound or "-",

@@ -208,6 +208,7 @@ class JobBuilder:
             hardware_flops_utilization_ratio=derived.utilization_ratio(flops_rate, peak_flops),
             memory_bandwidth_utilization_ratio=derived.utilization_ratio(bytes_rate, peak_bytes),
             flops_lower_bound=work.lower_bound,
+            flops_upper_bound=work.upper_bound,
             tokens_per_second=derived.achieved_rate(steps.tokens_per_step, steps.steps_per_second),
         )
 

@@ -287,6 +287,7 @@ def program_from_proto(p: xmon_pb2.ProgramInfo) -> Program:
         in_step=p.in_step,
         program_ids=tuple(p.program_ids[-MAX_PROGRAM_IDS:]),
         flops_lower_bound=p.flops_lower_bound,
+        flops_upper_bound=p.flops_upper_bound,
         loops=p.loops,
         loops_unknown_trip_count=p.loops_unknown_trip_count,
         **optional,

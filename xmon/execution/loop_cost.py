@@ -11,7 +11,9 @@ cost of single computations, each run as the entry of a module of its own:
 
 where X is XLA's cost (bodies once) and F the loop-aware one, recursively for nested loops. A
 conditional adds max_b F(b) - max_b X(b) per figure (XLA takes the costliest branch, per figure);
-any other call adds F(callee) - X(callee). Only computations that (transitively) run a loop are
+any other call adds F(callee) - X(callee). A conditional whose branches do different work makes
+the figures an upper bound (``LoopCost.upper_bound``): they count its costliest branch, whichever
+one a run takes. Only computations that (transitively) run a loop are
 costed, so a program without loops costs no XLA call at all.
 
 The module is read from its ``HloModuleProto`` (:func:`loop_cost_of_protos`, what the agent
@@ -104,6 +106,16 @@ class LoopCost:
     # Targets of custom-calls that may compute but that no cost analysis counts (Pallas and
     # Triton kernels, cuDNN convolutions, LAPACK): their FLOPs are missing from every figure.
     uncosted_custom_calls: tuple[str, ...] = ()
+    # Conditionals (lax.cond, lax.switch) whose branches do different work, or whose branches'
+    # work could not be compared: XLA counts the costliest branch, so the figures are an upper
+    # bound on a run that takes a cheaper one (they are exact where every branch costs the same).
+    uneven_conditionals: int = 0
+
+    @property
+    def upper_bound(self) -> bool:
+        """True when the figures may count more than runs: a conditional's costliest branch
+        stands for whichever one a run takes."""
+        return self.uneven_conditionals > 0
 
     @property
     def unknown_trip_counts(self) -> int:
@@ -367,7 +379,7 @@ def _loop_cost(
         return LoopCost(reason="no HLO text")
     if len(hlo_text) > max_text_chars:
         return _too_large(hlo_text, max_text_chars)
-    if " while(" not in hlo_text and "custom-call(" not in hlo_text:
+    if not any(op in hlo_text for op in (" while(", "custom-call(", " conditional(")):
         return LoopCost(extra=Cost())  # the common case: nothing to parse
     return _modules_cost(parse_modules(hlo_text), xla_cost, max_xla_calls)
 
@@ -378,10 +390,12 @@ def _modules_cost(modules: Sequence[Module], xla_cost: XlaCost | None, max_calls
     extra: Cost | None = Cost()
     gemm = 0.0
     reason: str | None = None
+    uneven = 0
     for module in modules:
         found = find_loops(module)
         loops += found
         by_name = {loop.name: loop for loop in found}
+        uneven += uneven_conditionals(module, by_name, xla_cost, max_calls)
         try:
             module_extra, module_gemm, ok = _module_cost(module, by_name, xla_cost, max_calls)
         except _Budget:
@@ -397,7 +411,8 @@ def _modules_cost(modules: Sequence[Module], xla_cost: XlaCost | None, max_calls
             extra += module_extra
     if extra is not None:  # GEMM FLOPs are reported whole, in custom_call_flops
         extra = Cost(extra.flops, extra.transcendentals, extra.bytes_accessed)
-    return LoopCost(tuple(loops), extra, gemm, reason if extra is None else None)
+    reason = reason if extra is None else None
+    return LoopCost(tuple(loops), extra, gemm, reason, uneven_conditionals=uneven)
 
 
 def _module_cost(
@@ -411,6 +426,48 @@ def _module_cost(
         extra += root_extra
         gemm += module.gemm_flops(root) + root_extra.gemm_flops
     return extra, gemm, costing.xla_ok or not loops
+
+
+def _conditionals(module: Module) -> list[list[str]]:
+    """The branches of every conditional the module's entries run (nested ones included)."""
+    found = []
+    for name in dict.fromkeys(n for root in module.roots() for n in module.reachable(root)):
+        for instruction in module.computations[name].instructions:
+            if instruction.opcode == "conditional":
+                names, _ = instruction.called()
+                found.append([n for n in names if n in module.computations])
+    return found
+
+
+def uneven_conditionals(
+    module: Module, loops: Mapping[str, Loop], xla_cost: XlaCost | None, max_calls: int
+) -> int:
+    """Conditionals whose branches do different work (FLOPs, transcendentals or GEMM FLOPs,
+    each branch loop-aware), or whose branches could not all be costed: of those XLA's figure
+    is the costliest branch, whichever one runs."""
+    branches_of = [b for b in _conditionals(module) if len(set(b)) > 1]
+    if not branches_of:
+        return 0
+    costing = _Costing(module, loops, xla_cost, max_calls)
+    uneven = 0
+    for branches in branches_of:
+        try:
+            costs = [costing.aware(branch) for branch in branches]
+        except _Budget:
+            costs = []
+        if not costing.xla_ok or not costs or not _same_work(costs):
+            uneven += 1
+    return uneven
+
+
+def _same_work(costs: list[Cost]) -> bool:
+    """Whether every branch does the same work (bytes accessed aside: FLOPs are what a bound
+    qualifies), to a part in 10^9."""
+    for figure in ("flops", "transcendentals", "gemm_flops"):
+        values = [getattr(cost, figure) for cost in costs]
+        if max(values) - min(values) > 1e-9 * max(abs(v) for v in values):
+            return False
+    return True
 
 
 def _too_large(hlo_text: str, max_text_chars: int) -> LoopCost:

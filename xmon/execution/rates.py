@@ -112,6 +112,7 @@ class ExecutedWork:
     flops_per_step: float | None = None
     bytes_per_step: float | None = None
     lower_bound: bool = False  # a program that ran has FLOPs that are a lower bound, or none
+    upper_bound: bool = False  # a program that ran counts a conditional's costliest branch
 
 
 def executed_work(programs: Iterable[Program]) -> ExecutedWork:
@@ -120,7 +121,7 @@ def executed_work(programs: Iterable[Program]) -> ExecutedWork:
     if not ran:
         return ExecutedWork()
     flops = bytes_ = 0.0
-    lower_bound = False
+    lower_bound = upper_bound = False
     for program in ran:
         per_step = (program.executions_per_step or 0.0) * max(1, program.num_devices)
         if program.flops is None:
@@ -128,9 +129,10 @@ def executed_work(programs: Iterable[Program]) -> ExecutedWork:
         else:
             flops += per_step * program.flops
             lower_bound = lower_bound or program.flops_lower_bound
+            upper_bound = upper_bound or program.flops_upper_bound
         if program.bytes_accessed is not None:
             bytes_ += per_step * program.bytes_accessed
-    return ExecutedWork(flops, bytes_, lower_bound)
+    return ExecutedWork(flops, bytes_, lower_bound, upper_bound)
 
 
 def step_program(programs: Iterable[Program]) -> Program | None:

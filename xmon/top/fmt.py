@@ -17,7 +17,10 @@ from xmon import units
 NA_TEXT = "n/a"
 UNDECLARED_TEXT = "—"  # MFU of a job that declares no model FLOPs: undefined, not unknown
 INFERRED_MARK = "~"  # step numbers inferred from the dominant repeated program (no markers)
-LOWER_BOUND_MARK = "≥"  # FLOPs of a loop with an unknown trip count: at least this
+LOWER_BOUND_MARK = units.LOWER_BOUND_MARK
+UPPER_BOUND_MARK = units.UPPER_BOUND_MARK
+EITHER_BOUND_MARK = units.EITHER_BOUND_MARK
+bound_mark = units.bound_mark
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 _SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -39,6 +42,12 @@ def seconds(value: float | None) -> str:
 def marked(text: str, mark: str, on: bool) -> str:
     """``text`` with a qualifying mark in front when ``on``; "n/a" is never marked."""
     return mark + text if on and text != NA_TEXT else text
+
+
+def bounded(text: str, lower: bool, upper: bool) -> str:
+    """``text`` with its bound mark in front (see :func:`bound_mark`); "n/a" is never marked."""
+    mark = bound_mark(lower, upper)
+    return marked(text, mark, bool(mark))
 
 
 def rate(value: float | None) -> str:

@@ -37,6 +37,8 @@ LEGEND = (
     ("BUSY", "device time running the job's programs; low: host-bound"),
     (fmt.INFERRED_MARK, "steps inferred from the dominant program (no xmon.step)"),
     (fmt.LOWER_BOUND_MARK, "lower bound: a loop's trip count is unknown to XLA"),
+    (fmt.UPPER_BOUND_MARK, "upper bound: XLA counts a conditional's costliest branch"),
+    (fmt.EITHER_BOUND_MARK, "both at once: neither bound holds"),
     ("! ‼ i", "a job's worst finding: warning, error, info (f shows them)"),
     ("peak", "memory view: XLA's estimate of a program's live buffers; below"),
     ("", "temp it leaves temp out: args + out + temp is what it can hold"),

@@ -78,7 +78,8 @@ def _job_points(snapshot: Snapshot) -> list[tuple[str, Point]]:
         name, key = f"{job.job_name} ({job.pid})", f"job:{job.pid}"
         u = job.utilization
         steps = f"{name} {fmt.INFERRED_MARK if job.steps.inferred else ''}steps/s"
-        hfu = f"{name} HFU{' ' + fmt.LOWER_BOUND_MARK if u.flops_lower_bound else ''}"
+        mark = fmt.bound_mark(u.flops_lower_bound, u.flops_upper_bound)
+        hfu = f"{name} HFU{' ' + mark if mark else ''}"
         out.append((f"{key}:steps", (steps, "rate", None, job.steps.steps_per_second)))
         out.append((f"{key}:hfu", (hfu, "ratio", 1.0, u.hardware_flops_utilization_ratio)))
         if mfu_declared(job):  # undeclared: no MFU at all, not a row of blanks

@@ -137,6 +137,8 @@ def job_legend(jobs: Sequence[Job]) -> str:
         parts.append(f"{fmt.INFERRED_MARK} inferred")
     if any(j.utilization.flops_lower_bound for j in jobs):
         parts.append(f"{fmt.LOWER_BOUND_MARK} lower bound")
+    if any(j.utilization.flops_upper_bound for j in jobs):
+        parts.append(f"{fmt.UPPER_BOUND_MARK} upper bound")
     if any(not mfu_declared(j) for j in jobs):
         parts.append(f"MFU {fmt.UNDECLARED_TEXT} undeclared")
     if legend := findings_legend(jobs):

@@ -130,7 +130,7 @@ def _mfu(job: Job) -> str:
 def _hfu(job: Job) -> str:
     u = job.utilization
     text = fmt.percent(u.hardware_flops_utilization_ratio, 1)
-    return fmt.marked(text, fmt.LOWER_BOUND_MARK, u.flops_lower_bound)
+    return fmt.bounded(text, u.flops_lower_bound, u.flops_upper_bound)
 
 
 JOB_COLUMNS = (
@@ -176,8 +176,8 @@ PROGRAM_COLUMNS = (
     Column("JOB", lambda i: i.job.job_name, lambda i: i.job.job_name.lower(), numeric=False),
     Column("PROGRAM", lambda i: i.program.name, lambda i: i.program.name.lower(), numeric=False),
     Column("DEV", lambda i: str(i.program.num_devices)),
-    Column("FLOPS", lambda i: fmt.marked(fmt.si(i.program.flops), fmt.LOWER_BOUND_MARK,
-                                         i.program.flops_lower_bound), _p(lambda p: p.flops)),
+    Column("FLOPS", lambda i: fmt.bounded(fmt.si(i.program.flops), i.program.flops_lower_bound,
+                                          i.program.flops_upper_bound), _p(lambda p: p.flops)),
     Column("BYTES", lambda i: fmt.human_bytes(i.program.bytes_accessed),
            _p(lambda p: p.bytes_accessed)),
     Column("FLOP/B", lambda i: fmt.rate(_intensity(i)), _intensity),
