@@ -140,6 +140,37 @@ def test_whole_periods_keep_their_rates_beside_anchored_begins() -> None:
         assert ledger_rates([reading]).executions_per_step[7] == pytest.approx(2.0)
 
 
+def dispatched(space: xp.XSpace, at_ms: list[float]) -> xp.XSpace:
+    """``space`` with the host's dispatches (PjRt's Execute TraceMe on the python thread)."""
+    plane = space.planes[0]
+    plane.event_metadata[78].CopyFrom(
+        xp.XEventMetadata(id=78, name="CommonPjRtLoadedExecutable::Execute (jit_step)")
+    )
+    line = next(line for line in plane.lines if line.name == "python")
+    for at in at_ms:
+        line.events.append(xp.XEvent(metadata_id=78, offset_ps=int(at * MS), duration_ps=MS))
+    return space
+
+
+def test_steps_come_from_the_host_s_dispatches_where_the_device_falls_behind() -> None:
+    """An asynchronous job whose host runs ahead of the device while the profiler records:
+    begins every 20 ms, each dispatching program 7 (and program 9 every other step), while the
+    device runs program 7 every 40 ms. The begins' rate beside the device's gave 0.5 of a step
+    per execution; the host's dispatches between the begins give the steps."""
+    begins = [0.001 + 0.020 * i for i in range(10)]
+    space = anchored(periodic_space(40.0, 5), at_ms=0.0)
+    space = dispatched(space, [1.5 + 20 * i for i in range(10)] + [2.0 + 40 * i for i in range(5)])
+    reading = parse(space, 0.2, step_begins=begins, steps_marked=True, anchor_seconds=0.0)
+    # 9 whole steps between the first and last begin dispatched 9 + 5 = 14 executions (1.5 a
+    # step, program 9 every other step); the core window's 4 + 2 executions are 4 steps.
+    assert reading.steps_in_core == pytest.approx(6 * 9 / 14)
+    per_step = ledger_rates([reading]).executions_per_step
+    assert per_step[7] == pytest.approx(1.0, rel=0.05)
+    assert per_step[9] == pytest.approx(0.5, rel=0.1)
+    without = parse(periodic_space(40.0, 5), 0.2, step_begins=begins, steps_marked=True)
+    assert ledger_rates([without]).executions_per_step[7] == pytest.approx(0.5)  # the old bias
+
+
 def test_marked_job_with_no_step_in_the_sample_counts_no_steps() -> None:
     reading = parse(periodic_space(20.0, 10), 0.2, step_begins=[], steps_marked=True)
     assert reading.steps_in_core == 0.0

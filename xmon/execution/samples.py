@@ -21,9 +21,11 @@ Where the dominant program started too few times for a core window (steps longer
 of the sample, a new program each step) and the job marks steps, executions are counted between
 the sample's first and last step begin instead: whole steps, counted. The begins are on the
 agent's clock; the agent's anchor annotation (``SAMPLE_ANCHOR``), read on both clocks, places
-them on the XSpace's. Where a core window exists its two rates are kept: they cancel the drift
-of a device the profiler slows while the host's begins go on (counts in a window of 1 s of
-8 ms asynchronous steps were 0.8 of the steps on a loaded host).
+them on the XSpace's. Where a core window exists, the steps its executions make come from the
+host's dispatches between the first and last begin (PjRt's ``Execute`` events on the thread
+that marks the steps): the host and its begins may run ahead of the device or fall behind it
+while the profiler records, and both dispatch and begin are the host's. Without dispatches
+(other backends), the core window's two rates: begins and executions per second.
 
 Where events live: GPU and TPU record ops on ``/device:GPU:N`` / ``/device:TPU:N`` planes (the
 device is N); the CPU backend records them on host threads, each op with a
@@ -69,6 +71,13 @@ _DEVICE_PLANE = re.compile(r"^/device:(?:GPU|TPU|[A-Z_]+):(?P<index>\d+)$")
 # Lines of device planes that summarise other lines rather than record ops.
 _SUMMARY_LINES = frozenset({MODULES_LINE, "Steps", "XLA TraceMe", "Framework Ops", "Source code"})
 MIN_CORE_EXECUTIONS = 3  # fewer starts of the dominant program: count the whole sample
+# The host's dispatch of one execution, on the thread that calls the program: PjRt's TraceMe
+# around Execute (multi-device programs, named after the module) or around the single-device
+# path. The per-device ``[k] ...Execute`` events on the client's threads are not dispatches.
+_DISPATCH_PREFIXES = (
+    "CommonPjRtLoadedExecutable::Execute (",
+    "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice",
+)
 MAX_SAMPLE_BYTES = SAMPLE_BOUNDS.max_bytes
 MAX_STEP_BEGINS = 4096  # the agent sends at most this many begins per sample
 # A step shorter than a microsecond is no training step: two begins closer than that (5e-324 s
@@ -199,6 +208,9 @@ class _SampleParser:
         self.op_starts: defaultdict[int, list[int]] = defaultdict(list)
         self.named_programs: defaultdict[str, set[int]] = defaultdict(set)
         self.anchor_ps: int | None = None  # when the agent's anchor annotation began
+        # When the host dispatched executions (XSpace clock), by the event's kind (a prefix of
+        # _DISPATCH_PREFIXES): a job's step begins and its dispatches are on the same thread.
+        self.dispatches: defaultdict[str, list[int]] = defaultdict(list)
 
     def _anchor_ids(self, plane: xplane_pb2.XPlane) -> frozenset[int]:
         """The event metadata ids of the agent's anchor annotation in ``plane`` (none once an
@@ -276,6 +288,10 @@ class _SampleParser:
         if event.WhichOneof("data") == "num_occurrences":
             return
         if not isinstance(program, int):
+            name = self._names.get(event.metadata_id, "")
+            if name.startswith(_DISPATCH_PREFIXES):
+                kind = next(p for p in _DISPATCH_PREFIXES if name.startswith(p))
+                self.dispatches[kind].append(base_ps + event.offset_ps)
             self._add_launch(values, base_ps + event.offset_ps)
             return
         if not isinstance(run, int):
@@ -415,11 +431,42 @@ def reading_from(
     else:
         step_rate = _rate([t / 1e12 for t in starts[dominant]]) if dominant is not None else None
     steps_in_core = _finite(step_rate * core_seconds) if step_rate is not None else None
+    if steps_marked and core is not None:
+        dispatched = _steps_by_dispatches(parser, anchor_seconds, step_begins, executions)
+        steps_in_core = dispatched if dispatched is not None else steps_in_core
     return _reading(
         parser, started_at, duration, starts, dominant, program_seconds,
         executions=executions, core_seconds=core_seconds, steps_in_core=steps_in_core,
         whole_periods=core is not None, steps_marked=steps_marked,
     )  # fmt: skip
+
+
+def _steps_by_dispatches(
+    parser: _SampleParser,
+    anchor_seconds: float | None,
+    step_begins: Sequence[float],
+    executions: Mapping[int, int],
+) -> float | None:
+    """The steps the core window's executions make, from the host's dispatches between the
+    sample's first and last step begin: ``D`` dispatches in ``K`` whole steps are ``D / K``
+    executions a step, all programs together, and the core window's executions, ``E``, are
+    ``E * K / D`` steps. None without dispatches in the window or an anchor.
+
+    Both counts are the host's own, on the thread that marks the steps, so they hold where the
+    device is not in step with the host: an asynchronous job whose host dispatches in bursts
+    and runs ahead of the device while the profiler records showed 75 step begins a second in
+    a sample beside 34 executions of its every-step program (the job's rate was 37 steps a
+    second), and its executions per step came out at a half. Which program each execution is
+    comes from the device, whose counts of two programs in one window keep their proportion."""
+    window = _whole_steps(parser.anchor_ps, anchor_seconds, step_begins)
+    total = sum(executions.values())
+    if window is None or not parser.dispatches or total <= 0:
+        return None
+    (low, high), steps = window
+    # A dispatch is one event of one kind: multi-device programs' or single-device ones'
+    # (measured on jax 0.10 and 0.12: a job running both shows each once per call).
+    dispatched = sum(_count_in(times, low, high) for times in parser.dispatches.values())
+    return _finite(total * steps / dispatched) if dispatched else None
 
 
 def _whole_steps(
