@@ -145,43 +145,39 @@ def mlir_module_name(computation: Any) -> str:
     return str(ir.StringAttr(computation.operation.attributes["sym_name"]).value)
 
 
-# Where jaxlib keeps its HLO text parser: jaxlib._hlo since 0.9, xla_client._xla before.
-_TEXT_PARSERS = (("jaxlib._hlo", "hlo_module_from_text"), ("jax._src.lib", "_xla"))
+# Where jaxlib keeps its HLO text parser and its module proto reader: jaxlib._hlo since 0.9,
+# xla_client._xla before. Each place is a module and a chain of attributes.
+_TEXT_PARSERS = (
+    ("jaxlib._hlo", "hlo_module_from_text"),
+    ("jax._src.lib", "_xla", "hlo_module_from_text"),
+)
+_PROTO_READERS = (
+    ("jaxlib._hlo", "HloModule", "from_serialized_hlo_module_proto"),
+    ("jax._src.lib", "_xla", "HloModule", "from_serialized_hlo_module_proto"),
+)
+
+
+def _first_callable(places: tuple[tuple[str, ...], ...], what: str) -> Callable[..., Any]:
+    """The first of ``places`` this jaxlib has, or Unavailable naming ``what``."""
+    for module, *chain in places:
+        try:
+            found: Any = importlib.import_module(module)
+            for attribute in chain:
+                found = getattr(found, attribute)
+        except Exception:  # noqa: BLE001 - try the next place
+            continue
+        if callable(found):
+            return found  # type: ignore[no-any-return]
+    first = places[0]
+    raise Unavailable(f"no {what} ({first[0]}.{'.'.join(first[1:])}) in this jaxlib")
 
 
 def _text_parser() -> Callable[[str], Any]:
-    for name, attribute in _TEXT_PARSERS:
-        try:
-            found: Any = getattr(importlib.import_module(name), attribute)
-        except Exception:  # noqa: BLE001 - try the next place
-            continue
-        if attribute == "_xla":  # older jaxlib: xla_client._xla.hlo_module_from_text
-            found = getattr(found, "hlo_module_from_text", None)
-        if callable(found):
-            return found  # type: ignore[no-any-return]
-    raise Unavailable("no HLO text parser (jaxlib._hlo.hlo_module_from_text) in this jaxlib")
-
-
-# Where jaxlib keeps HloModule (whose from_serialized_hlo_module_proto reads a module proto):
-# jaxlib._hlo since 0.9, xla_client._xla before.
-_MODULE_CLASSES = (("jaxlib._hlo", "HloModule"), ("jax._src.lib", "_xla"))
+    return _first_callable(_TEXT_PARSERS, "HLO text parser")
 
 
 def _proto_reader() -> Callable[[bytes], Any]:
-    for name, attribute in _MODULE_CLASSES:
-        try:
-            found: Any = getattr(importlib.import_module(name), attribute)
-        except Exception:  # noqa: BLE001 - try the next place
-            continue
-        if attribute == "_xla":  # older jaxlib: xla_client._xla.HloModule
-            found = getattr(found, "HloModule", None)
-        reader = getattr(found, "from_serialized_hlo_module_proto", None)
-        if callable(reader):
-            return reader  # type: ignore[no-any-return]
-    raise Unavailable(
-        "no HLO module proto reader (jaxlib._hlo.HloModule.from_serialized_hlo_module_proto)"
-        " in this jaxlib"
-    )
+    return _first_callable(_PROTO_READERS, "HLO module proto reader")
 
 
 def hlo_cost_analysis() -> Callable[[Any, str | bytes], Any]:

@@ -49,22 +49,6 @@ from xmon.hlo.graph import (
     gemm_flops,
 )
 
-__all__ = [
-    "GEMM_CALL_TARGETS",
-    "KNOWN_TRIP_COUNT",
-    "Computation",
-    "GemmCall",
-    "Instruction",
-    "Module",
-    "callees",
-    "custom_call_gemm_flops",
-    "find_gemm_custom_calls",
-    "gemm_custom_call_count",
-    "gemm_target",
-    "parse_instruction",
-    "parse_modules",
-]
-
 _SHAPE_START = r"(?:\(|[a-z][a-z0-9]*\[)"
 _INSTRUCTION = re.compile(
     rf"^\s*(?P<root>ROOT\s+)?%?(?P<name>[^\s=%,()]+)\s*=\s*(?P<rest>{_SHAPE_START}.*)$", re.S
