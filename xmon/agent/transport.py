@@ -60,6 +60,9 @@ class Transport:
         self._target = target
         self._hello = hello
         self._on_command = on_command
+        # Each stream has a queue of its own: the request iterator of a stream that ended may
+        # still wait on its queue in gRPC's thread, and must not take what the next one sends.
+        self._max_queue = max_queue
         self._queue: queue.Queue[Outgoing | None] = queue.Queue(maxsize=max_queue)
         self._backoff = backoff
         self._stop = threading.Event()
@@ -164,7 +167,8 @@ class Transport:
         try:
             grpc.channel_ready_future(channel).result(timeout=1.0)
             stub = xmon_pb2_grpc.IngestStub(channel)
-            call = stub.Connect(self._requests())
+            self._queue = queue.Queue(maxsize=self._max_queue)
+            call = stub.Connect(self._requests(self._queue))
             self._call = call
             self._note_grpc_threads(before)
             for message in call:
@@ -231,6 +235,7 @@ class Transport:
                 break
         if dropped:
             self.counters.add("reports_dropped", dropped)
+        self._wake_request_iterator()  # the ended stream's iterator returns
         if was_connected:
             log.debug("xmon: lost the daemon (%s); reconnecting", self.counters.last_error)
 
@@ -240,12 +245,17 @@ class Transport:
         except queue.Full:
             pass
 
-    def _requests(self) -> Iterator[xmon_pb2.AgentMessage]:
+    def _requests(self, outbox: queue.Queue[Outgoing | None]) -> Iterator[xmon_pb2.AgentMessage]:
+        """The stream's messages: the hello, then what is queued for this stream only (after a
+        reconnect, the ended stream's iterator took a pid proof meant for the new one, and the
+        daemon refused the new stream)."""
         yield self._hello()
         while not self._stop.is_set():
             try:
-                item = self._queue.get(timeout=0.25)
+                item = outbox.get(timeout=0.25)
             except queue.Empty:
+                if outbox is not self._queue:
+                    return  # a newer stream has its own queue
                 if self._call is not None and not self._call.is_active():
                     return
                 continue
