@@ -171,6 +171,22 @@ def test_steps_come_from_the_host_s_dispatches_where_the_device_falls_behind() -
     assert ledger_rates([without]).executions_per_step[7] == pytest.approx(0.5)  # the old bias
 
 
+def test_without_markers_two_starts_are_no_period_and_infer_nothing() -> None:
+    """A job without markers whose warm-up run came 39 ms before the first of its 10 s steps:
+    the two starts are no period of its step, and inferred nothing but garbage (25.6 steps in
+    one sample, 1/13 of an execution a step). Steps are inferred from whole periods only."""
+    space = xp.XSpace(planes=[host_plane()])
+    line = space.planes[0].lines.add(name="tf_XLAPjRtCpuClient/1")
+    cpu_op(line, 7, 100, 0, 10.0, 5.0)
+    cpu_op(line, 7, 101, 0, 49.0, 5.0)  # the first step, 39 ms after the warm-up
+    reading = parse(space, 1.0)
+    assert not reading.whole_periods
+    rates = ledger_rates([reading])
+    assert rates.executions_per_step == {} and rates.steps_per_second is None
+    whole = parse(periodic_space(20.0, 10), duration=0.2)
+    assert ledger_rates([reading, whole]).executions_per_step[7] == pytest.approx(1.0)
+
+
 def test_marked_job_with_no_step_in_the_sample_counts_no_steps() -> None:
     reading = parse(periodic_space(20.0, 10), 0.2, step_begins=[], steps_marked=True)
     assert reading.steps_in_core == 0.0

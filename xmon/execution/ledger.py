@@ -186,8 +186,12 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
         stepped = [s for s in stepped if s.dominant == main]
     # A sample without whole periods of its dominant program holds no rate to compare (one
     # where the first marked steps came at its very end showed 1 execution for 102 steps);
-    # only when no sample has whole periods (steps longer than a sample) are they used.
-    stepped = [s for s in stepped if s.whole_periods] or stepped
+    # with markers, only when no sample has whole periods (an agent without the anchor, steps
+    # longer than a sample) are they used. Without markers never: the steps are the dominant
+    # program's periods, and two starts are no period (a warm-up run 39 ms before the first
+    # of 10 s steps made 25.6 "steps" of one sample, and 1/13 of an execution a step).
+    whole = [s for s in stepped if s.whole_periods]
+    stepped = whole or (stepped if any(s.steps_marked for s in stepped) else [])
     # The dominant program can differ between samples (two programs with about equal device
     # time): each sample's steps come from the ratio measured for its own dominant program.
     ratios: defaultdict[int | str, list[float]] = defaultdict(list)
