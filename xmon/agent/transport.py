@@ -236,6 +236,7 @@ class Transport:
         if dropped:
             self.counters.add("reports_dropped", dropped)
         self._wake_request_iterator()  # the ended stream's iterator returns
+        self._queue = queue.Queue(maxsize=self._max_queue)  # and nothing is left queued
         if was_connected:
             log.debug("xmon: lost the daemon (%s); reconnecting", self.counters.last_error)
 
