@@ -208,9 +208,9 @@ class _SampleParser:
         self.op_starts: defaultdict[int, list[int]] = defaultdict(list)
         self.named_programs: defaultdict[str, set[int]] = defaultdict(set)
         self.anchor_ps: int | None = None  # when the agent's anchor annotation began
-        # When the host dispatched executions (XSpace clock), by the event's kind (a prefix of
-        # _DISPATCH_PREFIXES): a job's step begins and its dispatches are on the same thread.
-        self.dispatches: defaultdict[str, list[int]] = defaultdict(list)
+        # When the host dispatched executions (XSpace clock): a job's step begins and its
+        # dispatches are on the same thread.
+        self.dispatches: list[int] = []
 
     def _anchor_ids(self, plane: xplane_pb2.XPlane) -> frozenset[int]:
         """The event metadata ids of the agent's anchor annotation in ``plane`` (none once an
@@ -290,8 +290,7 @@ class _SampleParser:
         if not isinstance(program, int):
             name = self._names.get(event.metadata_id, "")
             if name.startswith(_DISPATCH_PREFIXES):
-                kind = next(p for p in _DISPATCH_PREFIXES if name.startswith(p))
-                self.dispatches[kind].append(base_ps + event.offset_ps)
+                self.dispatches.append(base_ps + event.offset_ps)
             self._add_launch(values, base_ps + event.offset_ps)
             return
         if not isinstance(run, int):
@@ -465,7 +464,7 @@ def _steps_by_dispatches(
     (low, high), steps = window
     # A dispatch is one event of one kind: multi-device programs' or single-device ones'
     # (measured on jax 0.10 and 0.12: a job running both shows each once per call).
-    dispatched = sum(_count_in(times, low, high) for times in parser.dispatches.values())
+    dispatched = _count_in(parser.dispatches, low, high)
     return _finite(total * steps / dispatched) if dispatched else None
 
 
