@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from xmon.agent.proof import show_token
 from xmon.daemon import peers
 from xmon.daemon.hello import PidClaims
 from xmon.daemon.hub import Hub
@@ -191,10 +192,20 @@ async def _hello_over_the_service(path: Path, hub: Hub) -> tuple[grpc.StatusCode
     try:
         async with grpc.aio.insecure_channel(f"unix://{path}") as channel:
             call = xmon_pb2_grpc.IngestStub(channel).Connect(timeout=20)
-            hello = xmon_pb2.AgentHello(protocol_version=1, pid=os.getpid(), job_name="j")
+            hello = xmon_pb2.AgentHello(
+                protocol_version=1, pid=os.getpid(), job_name="j", proves_process=True
+            )
             await call.write(xmon_pb2.AgentMessage(hello=hello))
             try:
                 first = await call.read()
+                if first is not grpc.aio.EOF and first.HasField("prove"):
+                    # The proof the real agent gives (xmon.agent.proof), from this thread.
+                    restore = show_token(first.prove.token)
+                    assert restore is not None
+                    shown = xmon_pb2.ProcessShown(token=first.prove.token)
+                    await call.write(xmon_pb2.AgentMessage(shown=shown))
+                    first = await call.read()
+                    restore()
             except grpc.aio.AioRpcError as exc:
                 return exc.code(), verified
             assert first is not grpc.aio.EOF and first.HasField("welcome")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -29,7 +29,7 @@ KEYS = (
     ("?", "this help (esc closes)"),
 )
 
-# What the overview's columns and marks mean; each line fits the 72-column help box.
+# What the overview's columns and marks mean; each line fits the 76-column help box.
 LEGEND = (
     ("HFU", "FLOPs XLA counts as run (loops per trip, remat too) / peak"),
     ("MFU", f"declared model FLOPs / peak (PaLM); {fmt.UNDECLARED_TEXT} none declared:"),
@@ -48,21 +48,33 @@ LEGEND = (
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape,question_mark,q", "dismiss_help", "close", show=False),
+        # The help is taller than an 80x24 terminal: the keys a pager has scroll it.
+        Binding("down,j", "scroll(1)", show=False),
+        Binding("up,k", "scroll(-1)", show=False),
+        Binding("pagedown,space", "scroll(10)", show=False),
+        Binding("pageup", "scroll(-10)", show=False),
+        Binding("end,G", "scroll(1000)", show=False),
+        Binding("home,g", "scroll(-1000)", show=False),
     ]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Vertical {
-        width: 72; max-width: 100%; height: auto; max-height: 100%;
+    HelpScreen > VerticalScroll {
+        width: 76; max-width: 100%; height: auto; max-height: 100%;
         border: round $accent; background: $surface; padding: 0 1;
+        scrollbar-size-vertical: 1;
     }
     """
 
     def compose(self) -> ComposeResult:
         lines = [f"[b]{key:<11}[/b] {text}" for key, text in KEYS]
         legend = [f"[b]{mark:<5}[/b] {text}" for mark, text in LEGEND]
-        text = "\n".join(["[b]xmon top[/b] keys", "", *lines, "", *legend])
-        with Vertical():
+        title = "[b]xmon top[/b] keys (arrows and page keys scroll this help)"
+        text = "\n".join([title, "", *lines, "", *legend])
+        with VerticalScroll():
             yield Static(text)
+
+    def action_scroll(self, lines: int) -> None:
+        self.query_one(VerticalScroll).scroll_relative(y=lines, animate=False)
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
