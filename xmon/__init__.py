@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     "attach",
+    "checkpointing",
     "declare_model_flops",
     "detach",
     "flops_per_token",
@@ -57,6 +58,13 @@ def _load_agent() -> Any:
 
     _agent_module = agent
     return agent
+
+
+def checkpointing(what: str = "save") -> Any:
+    """``with xmon.checkpointing("save"):`` (or ``"restore"``) around a checkpoint the job
+    writes by means other than Orbax (whose own events xmon reads): its time is counted as
+    checkpointing in the job's wall-time account, not as a stall (see xmon.agent.checkpointing)."""
+    return (_agent_module or _load_agent()).checkpointing(what)
 
 
 def is_attached() -> bool:

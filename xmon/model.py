@@ -319,6 +319,39 @@ class StepBreakdown:
 
 
 @dataclass(frozen=True)
+class Goodput:
+    """Where the process's wall time went, from its start (xmon.goodput): each second in one
+    bucket of ``seconds`` (``GOODPUT_BUCKETS``), which sum to ``wall_seconds``. Goodput is the
+    productive share: time stepping with the devices busy."""
+
+    wall_seconds: float
+    seconds: tuple[tuple[str, float], ...]  # (bucket, seconds) in GOODPUT_BUCKETS order
+    ratio: float | None  # productive / wall over the process's life; None before a busy reading
+    ratio_5m: float | None  # over the last 5 minutes (the life where shorter)
+    ratio_1h: float | None
+    biggest_badput: str | None  # the bucket other than productive holding the most time
+    steps_marked: bool = True  # else stepping is counted from the first compile
+
+    def bucket(self, name: str) -> float:
+        return dict(self.seconds).get(name, 0.0)
+
+
+# Goodput buckets, in the order views show them (xmon.goodput.split).
+GOODPUT_BUCKETS = (
+    "productive",
+    "host_wait",
+    "steps_unmeasured",
+    "startup",
+    "compile",
+    "checkpoint_save",
+    "checkpoint_restore",
+    "stall",
+    "idle",
+    "unattributed",
+)
+
+
+@dataclass(frozen=True)
 class FleetIdentity:
     """Which process of which multi-process job this is (xmon.fleet.identity): every process
     of one jax.distributed job reports the same job key."""
@@ -443,6 +476,7 @@ class Job:
     findings: tuple[Finding, ...] = ()  # diagnoses of this job (xmon.findings), worst first
     fleet: FleetIdentity | None = None  # None until the job's backend is up
     step_breakdown: StepBreakdown | None = None  # None before a ledger sample with a step rate
+    goodput: Goodput | None = None  # None from an agent that sends no wall-time account
     capabilities: tuple[Capability, ...] = ()  # as the agent reports them; () from older agents
 
 
@@ -558,6 +592,7 @@ class DaemonStats:
     config_last_reload_successful: bool = True
     # what each of the daemon's resource bounds refused or dropped (xmon.metrics.REFUSAL_BOUNDS)
     refused_total: dict[str, int] = field(default_factory=dict)
+    goodput_floor: float | None = None  # the daemon's goodput_floor (the low_goodput finding)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from xmon.execution.rates import flops_per_token
 __all__ = [
     "Agent",
     "attach",
+    "checkpointing",
     "current",
     "declare_model_flops",
     "detach",
@@ -154,6 +155,16 @@ def step(
     if fn is not None:
         return _wrap_lazily(fn)
     return agent.steps.step() if agent is not None else _NoStep()
+
+
+def checkpointing(what: str = "save") -> AbstractContextManager[None]:
+    """Mark the time the job's thread spends saving (``"save"``) or restoring (``"restore"``) a
+    checkpoint written by other means than Orbax (Orbax's own durations are read from
+    jax.monitoring). A no-op without an attached agent, after checking ``what``."""
+    if what not in ("save", "restore"):
+        raise ValueError(f"xmon.checkpointing: what must be 'save' or 'restore', got {what!r}")
+    agent = _agent
+    return agent.goodput.span(what) if agent is not None else _NoStep()
 
 
 def declare_model_flops(

@@ -297,8 +297,11 @@ def _describe_compile() -> tuple[tuple[str, ...], bool]:
 class CompileHooks:
     """Installs and removes the listeners and the executable hook for one recorder."""
 
-    def __init__(self, recorder: CompileRecorder) -> None:
+    def __init__(self, recorder: CompileRecorder, *duration_listeners: Callable[..., None]) -> None:
+        """``duration_listeners``: more jax.monitoring duration listeners, installed and
+        removed with the recorder's (the wall-time account's, xmon.agent.goodput)."""
         self._recorder = recorder
+        self._duration_listeners = (recorder.on_duration, *duration_listeners)
         self._original: Callable[..., Any] | None = None
         self._wrapper: Callable[..., Any] | None = None
         self._compiler: Any = None  # the module whose compile function is wrapped
@@ -309,7 +312,8 @@ class CompileHooks:
         import jax.monitoring as monitoring
 
         monitoring.register_event_listener(self._recorder.on_event)
-        monitoring.register_event_duration_secs_listener(self._recorder.on_duration)
+        for listener in self._duration_listeners:
+            monitoring.register_event_duration_secs_listener(listener)
         self._recorder.explanations.install()
         self._install_executable_hook()
 
@@ -344,7 +348,7 @@ class CompileHooks:
         self._recorder.explanations.uninstall()
         for name, callback in (
             ("unregister_event_listener", self._recorder.on_event),
-            ("unregister_event_duration_listener", self._recorder.on_duration),
+            *(("unregister_event_duration_listener", d) for d in self._duration_listeners),
         ):
             unregister = getattr(monitoring, name, None)
             try:

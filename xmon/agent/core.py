@@ -17,6 +17,7 @@ from xmon.agent import internals, memory
 from xmon.agent.capabilities import Capabilities
 from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
+from xmon.agent.goodput import GoodputWatch, process_start_wall
 from xmon.agent.hlo_store import HloStore
 from xmon.agent.live_memory import LiveMemory
 from xmon.agent.oom import OomWatch
@@ -75,7 +76,10 @@ class Agent:
             in_step=self.steps.in_step, steps=lambda: (self.steps.steps_total, self.steps.marked)
         )
         self.stall = StallWatch(self.steps)
-        self._hooks = CompileHooks(self.compiles)
+        self.goodput = GoodputWatch(
+            self.steps, process_start_wall(), ran_jax_before=memory.backends_ready()
+        )
+        self._hooks = CompileHooks(self.compiles, self.goodput.on_duration)
         self._annotations = StepAnnotationHook(self.steps) if step_annotations else None
         self.hlo = HloStore()
         self.compiles.executable_listener = self.hlo.offer
@@ -254,6 +258,7 @@ class Agent:
             platform=self._platform(),
             compile_functions=[_function_proto(f) for f in self.compiles.recompiled_functions()],
             stall=self._stall_report(),
+            goodput=self.goodput.report(),
             process=self._identity,
             capabilities=[
                 xmon_pb2.Capability(name=name, unavailable_reason=reason)

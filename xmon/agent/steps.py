@@ -65,6 +65,10 @@ class StepTimer:
                 return self.steps_total, 0.0
             return self.steps_total, self._last_end - self._first_start
 
+    def first_begin(self) -> float | None:
+        """Clock reading of the first step's begin (None before one)."""
+        return self._first_start
+
     @property
     def marked(self) -> bool:
         """Whether the job has ever marked a step."""

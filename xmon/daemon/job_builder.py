@@ -19,6 +19,7 @@ from xmon.model import (
     CompileStats,
     DeviceMemory,
     FleetIdentity,
+    Goodput,
     Job,
     JobDevice,
     LedgerStats,
@@ -65,6 +66,7 @@ class JobBuilder:
             **identity,
             fleet=fleet,
             step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
+            goodput=_goodput(state, busy),
             platform=state.platform or hello.platform or "unknown",
             last_report_at=state.last_report_at,
             devices=devices,
@@ -251,6 +253,22 @@ def _ledger_stats(
         parse_errors_total=ledger.parse_errors_total,
         samples_dropped_total=ledger.samples_dropped_total,
         sample_seconds_asked=ledger.sample_seconds_wanted,
+    )
+
+
+def _goodput(state: JobState, busy: dict[int, float]) -> Goodput | None:
+    """The job's wall-time account with its stepping split by the busy ratio of the devices
+    the step uses; None from an agent that sends none."""
+    report = state.report
+    if report is None or not report.HasField("goodput"):
+        return None
+    account = report.goodput
+    return state.goodput.update(
+        dict(account.seconds),
+        wall_seconds=max(0.0, account.as_of - account.process_started_at),
+        as_of=account.as_of,
+        busy_ratio=rates.step_busy_ratio(busy),
+        steps_marked=account.steps_marked,
     )
 
 

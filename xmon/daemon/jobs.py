@@ -20,6 +20,7 @@ from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, Stat
 from xmon.daemon.report_strings import cut_report_strings
 from xmon.daemon.sanitize import scrub
 from xmon.execution.ledger import JobLedger
+from xmon.goodput.split import GoodputSplit
 from xmon.model import (
     CompileEvent,
     DeviceInfo,
@@ -77,6 +78,7 @@ class JobState:
     held_bytes: int = 0  # estimated bytes this job's state holds (see xmon.daemon.bounds)
     pid_verified: bool = False  # the claimed process holds a connection (xmon.daemon.peers)
     sample_seconds_told: float | None = None  # the sample length the agent was last asked for
+    goodput: GoodputSplit = field(default_factory=GoodputSplit)  # the wall-time account's split
     _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -42,6 +42,11 @@ def scrub(message: Message) -> int:
             dropped += _scrub_floats(message, field, value)
         elif kind is _Kind.MAP:
             dropped += sum(scrub(sub) for sub in value.values())
+        elif kind is _Kind.FLOAT_MAP:
+            bad = [key for key, number in value.items() if not math.isfinite(number)]
+            for key in bad:
+                del value[key]
+            dropped += len(bad)
         else:
             dropped += sum(scrub(sub) for sub in value) if field.is_repeated else scrub(value)
     return dropped
@@ -51,6 +56,7 @@ class _Kind(enum.Enum):
     FLOAT = "float"  # a float or double, or a repeated one
     MESSAGE = "message"  # a message, or repeated messages, that can hold floats
     MAP = "map"  # a map whose values are such messages
+    FLOAT_MAP = "float_map"  # a map whose values are floats
 
 
 _PLANS: dict[Descriptor, dict[str, _Kind]] = {}
@@ -72,7 +78,9 @@ def _plan(descriptor: Descriptor) -> dict[str, _Kind]:
         elif field.type == FieldDescriptor.TYPE_MESSAGE:
             if field.message_type.GetOptions().map_entry:
                 value = field.message_type.fields_by_name["value"]
-                if value.type == FieldDescriptor.TYPE_MESSAGE and _plan(value.message_type):
+                if value.type in _FLOATS:
+                    plan[field.name] = _Kind.FLOAT_MAP
+                elif value.type == FieldDescriptor.TYPE_MESSAGE and _plan(value.message_type):
                     plan[field.name] = _Kind.MAP
             elif _plan(field.message_type):
                 plan[field.name] = _Kind.MESSAGE

@@ -168,6 +168,21 @@ def busy_by_device(
 STEP_DEVICE_SHARE = 0.1  # of the busiest device's busy ratio: below, a device is not the step's
 
 
+def step_devices(busy: Mapping[int, float]) -> list[int]:
+    """The devices a step uses: those busy at least ``STEP_DEVICE_SHARE`` of the busiest."""
+    busiest = max(busy.values(), default=0.0)
+    return [d for d, ratio in busy.items() if ratio >= STEP_DEVICE_SHARE * busiest] or list(busy)
+
+
+def step_busy_ratio(busy: Mapping[int, float]) -> float | None:
+    """The mean busy ratio of the devices a step uses (None without a reading): the share of
+    stepping time the devices computed (xmon.goodput.split)."""
+    if not busy:
+        return None
+    used = step_devices(busy)
+    return min(1.0, sum(busy[d] for d in used) / len(used))
+
+
 def step_breakdown(
     busy: Mapping[int, float], collective: Mapping[int, float], steps_per_second: float | None
 ) -> StepBreakdown | None:
@@ -179,8 +194,7 @@ def step_breakdown(
     if not steps_per_second or steps_per_second <= 0 or not busy:
         return None
     step = 1.0 / steps_per_second
-    busiest = max(busy.values())
-    used = [d for d, ratio in busy.items() if ratio >= STEP_DEVICE_SHARE * busiest] or list(busy)
+    used = step_devices(busy)
     mean_busy = min(1.0, sum(busy[d] for d in used) / len(used))
     mean_collective = min(mean_busy, sum(collective.get(d, 0.0) for d in used) / len(used))
     return StepBreakdown(

@@ -357,7 +357,7 @@ class Capability(_message.Message):
     def __init__(self, name: _Optional[str] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
 
 class AgentReport(_message.Message):
-    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall", "process", "capabilities")
+    __slots__ = ("seq", "wall_time", "memory", "compile", "compile_events", "programs", "steps", "agent", "devices", "platform", "compile_functions", "stall", "process", "capabilities", "goodput")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +372,7 @@ class AgentReport(_message.Message):
     STALL_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     wall_time: float
     memory: _containers.RepeatedCompositeFieldContainer[DeviceMemorySample]
@@ -386,7 +387,27 @@ class AgentReport(_message.Message):
     stall: StallReport
     process: ProcessIdentity
     capabilities: _containers.RepeatedCompositeFieldContainer[Capability]
-    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ..., process: _Optional[_Union[ProcessIdentity, _Mapping]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ...) -> None: ...
+    goodput: GoodputAccount
+    def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ..., process: _Optional[_Union[ProcessIdentity, _Mapping]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., goodput: _Optional[_Union[GoodputAccount, _Mapping]] = ...) -> None: ...
+
+class GoodputAccount(_message.Message):
+    __slots__ = ("process_started_at", "as_of", "seconds", "steps_marked")
+    class SecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    PROCESS_STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_MARKED_FIELD_NUMBER: _ClassVar[int]
+    process_started_at: float
+    as_of: float
+    seconds: _containers.ScalarMap[str, float]
+    steps_marked: bool
+    def __init__(self, process_started_at: _Optional[float] = ..., as_of: _Optional[float] = ..., seconds: _Optional[_Mapping[str, float]] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("command_id", "ok", "message", "paths", "error_code", "hlo_gzip", "traced_seconds")

@@ -1,0 +1,168 @@
+"""The agent's side of the wall-time account (xmon.goodput.account): it feeds the account from
+jax.monitoring (compile phases, Orbax's checkpoint durations), the spans the job marks with
+``xmon.checkpointing``, and the step clock, and sends the buckets with each report.
+
+Listeners run on the job's threads inside jax calls: each does O(1) work under a lock and never
+raises. The step clock is read on the agent's own thread, once per report.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from xmon.agent.steps import StepTimer
+from xmon.goodput.account import (
+    CHECKPOINT_RESTORE,
+    CHECKPOINT_SAVE,
+    COMPILE,
+    STALL,
+    Account,
+    Stepping,
+    stall_threshold,
+)
+from xmon.proto import xmon_pb2
+
+# jax's compile phases, each reported at its end with its duration.
+COMPILE_PHASES = frozenset(
+    {
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        "/jax/core/compile/backend_compile_duration",
+    }
+)
+# Orbax's durations of the time the calling thread was blocked (orbax-checkpoint 0.12): a sync
+# save's whole call, an async save's blocking part (its background commit overlaps training),
+# a restore. Overlapping spans of one kind merge, so a blocking part inside a total is counted
+# once.
+CHECKPOINT_EVENTS = {
+    "/jax/orbax/write/total_duration_secs": CHECKPOINT_SAVE,
+    "/jax/orbax/write/blocking_duration_secs": CHECKPOINT_SAVE,
+    "/jax/checkpoint/write/async/blocking_duration_secs": CHECKPOINT_SAVE,
+    "/jax/orbax/read/total_duration_secs": CHECKPOINT_RESTORE,
+    "/jax/orbax/read/blocking_duration_secs": CHECKPOINT_RESTORE,
+    "/jax/orbax/read/async/blocking_duration_secs": CHECKPOINT_RESTORE,
+}
+SPAN_KINDS = {"save": CHECKPOINT_SAVE, "restore": CHECKPOINT_RESTORE}
+RECENT_PERIODS = 65  # the step periods the median comes from
+
+
+def process_start_wall() -> float | None:
+    """When this process started (wall clock), from the kernel via psutil."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - no start time: the account starts at attach
+        return None
+
+
+class GoodputWatch:
+    def __init__(
+        self,
+        timer: StepTimer,
+        started_wall: float | None,
+        ran_jax_before: bool,
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """``started_wall`` is the process's start (None: unknown, the account starts now);
+        ``ran_jax_before``: the job had created a backend before the agent attached, so what
+        happened before is not known (unattributed)."""
+        self._timer = timer
+        self._clock = clock
+        self._wall = wall
+        now, now_wall = clock(), wall()
+        self._offset = now_wall - now  # wall = clock + offset
+        start = now if started_wall is None else min(now, started_wall - self._offset)
+        self.account = Account(start, unattributed_until=now if ran_jax_before else None)
+        self._lock = threading.Lock()
+        self._first_compile: float | None = None
+        self._begun_seen = 0  # timer.steps_begun when the begins were last read
+        self._last_begin: float | None = None
+        self._periods: list[float] = []
+
+    # -- listeners (job threads) --------------------------------------------------------------
+    def on_duration(self, event: str, duration_secs: float, **kwargs: Any) -> None:
+        try:
+            kind = COMPILE if event in COMPILE_PHASES else CHECKPOINT_EVENTS.get(event)
+            if kind is None:
+                return
+            end = self._clock()
+            start = end - max(0.0, float(duration_secs))
+            with self._lock:
+                self.account.add_span(kind, start, end)
+                if kind == COMPILE and self._first_compile is None:
+                    self._first_compile = start
+        except Exception:  # noqa: BLE001 - never raise into the job's jax call
+            pass
+
+    @contextmanager
+    def span(self, what: str) -> Iterator[None]:
+        """``with xmon.checkpointing("save"):`` around a checkpoint written by other means."""
+        kind = SPAN_KINDS.get(what)
+        if kind is None:
+            raise ValueError(f"xmon.checkpointing: what must be 'save' or 'restore', got {what!r}")
+        start = self._clock()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.account.add_span(kind, start, self._clock())
+
+    # -- the agent's thread ------------------------------------------------------------------
+    def report(self) -> xmon_pb2.GoodputAccount:
+        now = self._clock()
+        with self._lock:
+            stepping = self._read_steps(now)
+            self.account.stepping = stepping
+            buckets = self.account.buckets(now)
+        return xmon_pb2.GoodputAccount(
+            process_started_at=self.account.process_start + self._offset,
+            as_of=now + self._offset,
+            seconds=buckets,
+            steps_marked=stepping.marked,
+        )
+
+    def _read_steps(self, now: float) -> Stepping:
+        """Fold the step begins since the last report: each period past the stall threshold
+        adds a stall span beyond the median; so does an open step that has run past it."""
+        timer = self._timer
+        begun = timer.steps_begun
+        begins = list(timer.begin_times)
+        fresh = begun - self._begun_seen
+        if fresh > len(begins):  # more began than the timer's window holds: a gap in view
+            self._last_begin = None
+        begins = begins[len(begins) - min(fresh, len(begins)) :]
+        self._begun_seen = begun
+        median = statistics.median(self._periods) if self._periods else None
+        for begin in begins:
+            if self._last_begin is not None:
+                self._fold_period(self._last_begin, begin, median)
+            self._last_begin = begin
+        del self._periods[:-RECENT_PERIODS]
+        median = statistics.median(self._periods) if self._periods else None
+        open_for = timer.open_step_seconds()
+        if open_for is not None and open_for > stall_threshold(median):
+            self.account.add_span(STALL, now - open_for + (median or 0.0), now)
+        last_end, _ = timer.last_step()
+        first = timer.first_begin() if timer.marked else self._first_compile
+        return Stepping(
+            first=first,
+            marked=timer.marked,
+            last_begin=self._last_begin,
+            last_end=last_end,
+            open_since=None if open_for is None else now - open_for,
+            median_period=median,
+        )
+
+    def _fold_period(self, begin: float, next_begin: float, median: float | None) -> None:
+        period = next_begin - begin
+        if median is not None and period > stall_threshold(median):
+            self.account.add_span(STALL, begin + median, next_begin)
+            return  # a stall is not a step period: the median stays the steps'
+        self._periods.append(period)
