@@ -18,7 +18,7 @@ from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Sna
 from .prometheus_builder import FamilyBuilder, Number
 from .prometheus_execution import add_ledger_series, add_step_series
 from .prometheus_findings import add_finding_series, add_host_finding_series
-from .prometheus_fleet import add_fleet_series
+from .prometheus_fleet import add_fleet_series, add_goodput_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import ProgramSeriesCache, add_program_series
@@ -64,6 +64,7 @@ def snapshot_families(
 def _daemon(b: FamilyBuilder, s: Snapshot) -> None:
     d = s.daemon
     b.add("xmon_daemon_start_time_seconds", (), d.started_at or None)
+    b.add("xmon_daemon_goodput_floor_ratio", (), d.goodput_floor)
     b.add("xmon_snapshot_timestamp_seconds", (), s.wall_time)
     b.add("xmon_agents_connected", (), d.agents_connected)
     b.add("xmon_daemon_reports_received_total", (), d.reports_received_total)
@@ -152,6 +153,7 @@ def _job(
     add_ledger_series(b, job, key)
     add_finding_series(b, job, key)
     add_fleet_series(b, job, key)
+    add_goodput_series(b, job, key)
 
 
 def _job_devices(b: FamilyBuilder, job: Job, key: tuple[str, int]) -> None:

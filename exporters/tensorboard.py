@@ -80,7 +80,22 @@ def job_scalars(job: Job, devices: tuple[Device, ...] = ()) -> list[tuple[str, f
             ("process/resident_memory_bytes", job.process.resident_memory_bytes),
         ]
     raw += [(f"captures/{x.trigger}_{x.kind}_total", x.ok_total) for x in job.captures]
+    raw += _goodput_scalars(job)
     return [(tag, float(value)) for tag, value in raw if value is not None]
+
+
+def _goodput_scalars(job: Job) -> Raw:
+    """The wall-time account: each bucket's seconds and the goodput ratios (docs/goodput.md)."""
+    goodput = job.goodput
+    if goodput is None:
+        return []
+    raw: Raw = [(f"goodput/seconds/{bucket}", seconds) for bucket, seconds in goodput.seconds]
+    return raw + [
+        ("goodput/wall_seconds", goodput.wall_seconds),
+        ("goodput/ratio", goodput.ratio),
+        ("goodput/ratio_5m", goodput.ratio_5m),
+        ("goodput/ratio_1h", goodput.ratio_1h),
+    ]
 
 
 def _device_scalars(job: Job) -> Raw:

@@ -189,14 +189,16 @@ BAD = [
      'config {path}: socket_path must be a non-empty string, got ""'),
     ("file-unknown-key", "perod_seconds = 1", {}, {},
      'config {path}: unknown key "perod_seconds" (did you mean "period_seconds"?); valid keys: '
-     "agent_timeout_seconds, "
-     "collectors, hello_timeout_seconds, host, listen_host, listen_port, log_level, logdir, "
+     "agent_timeout_seconds, collectors, goodput_floor, "
+     "hello_timeout_seconds, host, listen_host, listen_port, log_level, logdir, "
      "max_agents, max_connections, max_devices_per_job, max_inflight_bytes, max_job_bytes, "
      "max_message_bytes, max_pending_hellos, max_programs_per_job, max_state_bytes, "
      "max_subscribers, metrics_max_connections, peaks, "
      "period_seconds, procfs_root, profiling, program_series_limit, socket_path, "
      "subscriber_stall_seconds, sysfs_root, tpu_full_poll_seconds, tpu_metrics_addresses, "
      "verify_pids"),
+    ("file-goodput-floor", "goodput_floor = 1.5", {}, {},
+     "config {path}: goodput_floor must be a number between 0 and 1, got 1.5"),
     ("file-verify-pids-unknown", 'verify_pids = "always"', {}, {},
      'config {path}: verify_pids must be one of require, prefer, off, got "always"'),
     ("file-collector-not-bool", '[collectors]\nhost = "yes"', {}, {},

@@ -19,6 +19,7 @@ from xmon.model import (
     DeviceProcess,
     Finding,
     FleetIdentity,
+    Goodput,
     JobDevice,
     LedgerStats,
     StepBreakdown,
@@ -340,3 +341,20 @@ def test_findings_of_jobs_and_host_are_in_every_report(validator: Any) -> None:
     bad = json.loads(json.dumps(report))
     bad["findings"][0]["severity"] = "fatal"
     assert not validator.is_valid(bad)
+
+
+def test_the_wall_time_account_is_reported_with_its_ratios(validator: Any) -> None:
+    goodput = Goodput(100.0, (("productive", 70.0), ("host_wait", 10.0), ("compile", 20.0)),
+                      ratio=0.7, ratio_5m=0.7, ratio_1h=None, biggest_badput="compile")  # fmt: skip
+    entry = valid(validator, build_report(snapshot(1, jobs=(dataclasses.replace(
+        job(), goodput=goodput),)), None))["jobs"][0]  # fmt: skip
+    assert entry["goodput"] == {
+        "wall_seconds": 100.0, "seconds": {"productive": 70.0, "host_wait": 10.0, "compile": 20.0},
+        "ratio": 0.7, "ratio_5m": 0.7, "ratio_1h": None, "biggest_badput": "compile",
+        "steps_marked": True,
+    }  # fmt: skip
+    assert valid(validator, build_report(snapshot(1, jobs=(job(),)), None))["jobs"][0][
+        "goodput"] is None  # fmt: skip
+    bad = build_report(snapshot(1, jobs=(dataclasses.replace(job(), goodput=goodput),)), None)
+    bad["jobs"][0]["goodput"]["seconds"]["coffee"] = 1.0
+    assert list(validator.iter_errors(bad))

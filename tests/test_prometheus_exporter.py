@@ -42,6 +42,7 @@ from xmon.model import (
     ExporterHealth,
     Finding,
     FleetIdentity,
+    Goodput,
     HardwareCounters,
     HostSample,
     Job,
@@ -131,6 +132,9 @@ def train_job(n_programs: int = 60) -> Job:
         fleet=FleetIdentity("10.0.0.2:8476/4", process_index=2, process_count=4, slice_index=0,
                             worker="w-2", distributed=True),
         step_breakdown=StepBreakdown(0.5, 0.3, 0.15, 0.05),
+        goodput=Goodput(3600.0, (("productive", 3000.0), ("host_wait", 300.0),
+                                 ("startup", 120.0), ("compile", 180.0)),
+                        ratio=3000 / 3600, ratio_5m=0.9, ratio_1h=None, biggest_badput="host_wait"),
         capabilities=(Capability("ledger"), Capability("loop_cost", "no HLO text parser")),
     )  # fmt: skip
 
@@ -164,7 +168,7 @@ def snapshot(jobs: tuple[Job, ...] | None = None, seq: int = 1) -> Snapshot:
         seq=seq, wall_time=1_700_000_200.0, monotonic=10.0, hostname="node0",
         daemon=DaemonStats("0.1.0", 1_700_000_000.0, agents_connected=2,
                            reports_received_total=500, reports_rejected_total=1,
-                           agents_disconnected_total=1),
+                           agents_disconnected_total=1, goodput_floor=0.5),
         host=HostSample("node0", 16, 0.25, 64 * 2**30, 16 * 2**30, 48 * 2**30, 1.5),
         devices=(
             Device(0, "gpu", "NVIDIA H100 80GB HBM3", "nvml",
@@ -332,6 +336,11 @@ EXPECTED = [
     (key("xmon_job_step_host_seconds", **TRAIN), 0.05),
     (key("xmon_job_step_device_compute_seconds", **TRAIN), 0.3),
     (key("xmon_job_step_device_collective_seconds", **TRAIN), 0.15),
+    (key("xmon_job_wall_seconds", **TRAIN, bucket="productive"), 3000.0),
+    (key("xmon_job_wall_seconds", **TRAIN, bucket="compile"), 180.0),
+    (key("xmon_job_goodput_ratio", **TRAIN, window="life"), 3000 / 3600),
+    (key("xmon_job_goodput_ratio", **TRAIN, window="5m"), 0.9),
+    (key("xmon_daemon_goodput_floor_ratio"), 0.5),
 ]
 
 
@@ -345,6 +354,8 @@ ABSENT = [
     key("xmon_device_power_watts", **{**GPU0, "device": 1}),
     key("xmon_job_device_memory_peak_bytes", **EVAL, device=0, device_kind="cpu", platform="cpu"),
     key("xmon_job_last_step_duration_seconds", **EVAL),
+    key("xmon_job_goodput_ratio", **TRAIN, window="1h"),  # no hour of history yet
+    key("xmon_job_wall_seconds", **EVAL, bucket="productive"),  # an agent with no account
     key("xmon_job_model_flops_utilization_ratio", **EVAL),
     key("xmon_job_hardware_flops_utilization_ratio", **EVAL),
     key("xmon_job_flops_lower_bound", **EVAL),  # no FLOPs known: nothing to qualify

@@ -21,6 +21,7 @@ from xmon.model import (
     DeviceInfo,
     DeviceMemory,
     DeviceProcess,
+    Goodput,
     HardwareCounters,
     Job,
     JobDevice,
@@ -249,3 +250,14 @@ def test_retention_removes_runs_it_made_left_empty_and_no_directory_of_the_user(
     assert not gone.exists()
     assert all(d.is_dir() for d in users_empty)
     assert (users_run / "plugins" / "profile").is_dir() and (users_run / "memory").is_dir()
+
+
+def test_goodput_scalars_are_each_bucket_and_the_ratios() -> None:
+    goodput = Goodput(100.0, (("productive", 60.0), ("compile", 40.0)), 0.6, 0.5, None, "compile")
+    tags = dict(job_scalars(dataclasses.replace(job(), goodput=goodput)))
+    assert tags["goodput/seconds/productive"] == 60.0
+    assert tags["goodput/seconds/compile"] == 40.0
+    assert (tags["goodput/wall_seconds"], tags["goodput/ratio"], tags["goodput/ratio_5m"]) == (
+        100.0, 0.6, 0.5)  # fmt: skip
+    assert "goodput/ratio_1h" not in tags  # no hour of history: absent, not 0
+    assert not any(tag.startswith("goodput/") for tag in dict(job_scalars(job())))

@@ -467,6 +467,9 @@ _DAEMON_METRICS = (
     _g("xmon_up", "1 once the daemon has taken its first snapshot, 0 before.", (), "", "exporter"),
     _g("xmon_daemon_start_time_seconds", "Unix time the daemon started.",
        (), "seconds", "Snapshot.daemon.started_at"),
+    _g("xmon_daemon_goodput_floor_ratio", "The daemon's goodput_floor: a job's goodput below "
+       "it is the low_goodput finding and the alert XmonJobLowGoodput.",
+       (), "", "Snapshot.daemon.goodput_floor"),
     _g("xmon_snapshot_timestamp_seconds", "Unix time of the snapshot these metrics come from.",
        (), "seconds", "Snapshot.wall_time"),
     _g("xmon_agents_connected", "Agents connected to the daemon.",
@@ -544,6 +547,20 @@ _FLEET_METRICS = (
        JOB, "seconds", "Job.step_breakdown.collective_seconds"),
 )
 
+_GOODPUT_METRICS = (
+    _g("xmon_job_wall_seconds", "Where the process's wall time went since it started, each "
+       "second in one bucket: productive (stepping, devices busy), host_wait (stepping, devices "
+       "waiting for the host), steps_unmeasured (stepping before a busy reading), startup, "
+       "compile, checkpoint_save, checkpoint_restore (the job's thread blocked in a checkpoint), "
+       "stall, idle (after the last step), unattributed. The buckets sum to the wall time "
+       "(docs/goodput.md). A gauge: a tail of steps turns idle once past the stall threshold.",
+       (*JOB, "bucket"), "seconds", "Job.goodput.seconds"),
+    _g("xmon_job_goodput_ratio", "Productive share of the process's wall time: window is life "
+       "(since the process started), 5m or 1h (the life where shorter). Absent before the "
+       "execution ledger's first busy reading.",
+       (*JOB, "window"), "", "Job.goodput.ratio"),
+)
+
 # fmt: on
 
 GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
@@ -556,6 +573,7 @@ GROUPS: tuple[tuple[str, tuple[MetricSpec, ...]], ...] = (
     ("Jobs: process and agent transport", _PROCESS_METRICS),
     ("Jobs: execution ledger", _LEDGER_METRICS),
     ("Jobs: processes of multi-process jobs (fleet)", _FLEET_METRICS),
+    ("Jobs: goodput (the wall-time account)", _GOODPUT_METRICS),
     ("Profiling: captures and file exporters", _PROFILING_METRICS),
 )
 METRICS: tuple[MetricSpec, ...] = tuple(spec for _, specs in GROUPS for spec in specs)

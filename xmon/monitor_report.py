@@ -25,6 +25,7 @@ from xmon.model import (
     CompileStats,
     Device,
     Finding,
+    Goodput,
     HostSample,
     Job,
     JobDevice,
@@ -253,6 +254,21 @@ def job_section(job: Job, previous: Snapshot | None, with_programs: bool) -> dic
         "step_breakdown": (
             dataclasses.asdict(job.step_breakdown) if job.step_breakdown is not None else None
         ),
+        "goodput": _goodput(job.goodput),
+    }
+
+
+def _goodput(goodput: Goodput | None) -> dict[str, Any] | None:
+    if goodput is None:
+        return None
+    return {
+        "wall_seconds": goodput.wall_seconds,
+        "seconds": dict(goodput.seconds),
+        "ratio": goodput.ratio,
+        "ratio_5m": goodput.ratio_5m,
+        "ratio_1h": goodput.ratio_1h,
+        "biggest_badput": goodput.biggest_badput,
+        "steps_marked": goodput.steps_marked,
     }
 
 

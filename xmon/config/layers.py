@@ -44,6 +44,7 @@ _FILE_KEYS: dict[str, Validator] = {
     "subscriber_stall_seconds": values.number_in(0.1, 3600),
     "metrics_max_connections": values.int_in(4, 100_000),
     "verify_pids": values.verify_pids,
+    "goodput_floor": values.number_in(0.0, 1.0),
     "collectors": tables.collectors,
     "host": tables.host,
     "peaks": tables.peaks,
@@ -75,6 +76,7 @@ _OVERRIDES: tuple[tuple[str | None, str, str, str, Validator], ...] = (
     (None, "", "XMON_WORKER", "host.worker", tables.worker_text),
     (None, "", "XMON_PROFILING", "profiling", tables.profiling_json),
     (None, "", "XMON_VERIFY_PIDS", "verify_pids", values.verify_pids),
+    (None, "", "XMON_GOODPUT_FLOOR", "goodput_floor", values.number_in(0.0, 1.0)),
 )
 
 

@@ -46,6 +46,9 @@ class DaemonConfig:
     metrics_max_connections: int = 512  # open /metrics connections
     # Check the pid each agent claims (xmon.daemon.hello): "require", "prefer" or "off"
     verify_pids: str = "prefer"
+    # Goodput below this share of the wall time is a finding (low_goodput) and, through
+    # xmon_daemon_goodput_floor_ratio, the alert XmonJobLowGoodput
+    goodput_floor: float = 0.5
     # libtpu metrics servers to poll; empty: found from the chips' owners (xmon.collectors.tpu)
     tpu_metrics_addresses: tuple[str, ...] = ()
     # Seconds between full polls of a libtpu service (HBM capacity, latency distributions,

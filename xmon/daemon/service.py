@@ -121,7 +121,8 @@ class Daemon:
             max_connections=config.metrics_max_connections,
         )
         self.profiling = Profiling(self.hub, config)  # captures, triggers, TensorBoard
-        self.findings = FindingsTracker()  # diagnoses (xmon doctor), kept across reloads
+        # diagnoses (xmon doctor), kept across reloads
+        self.findings = FindingsTracker(goodput_floor=config.goodput_floor)
         self.host_findings = HostFindings()  # the host's: runtime metrics, NVML, preallocation
         self.ended_jobs = EndedJobs()  # an hour of findings of jobs that died of them
         self.hub.oom_sink = OomSink(lambda: self.config.logdir, self._note_oom).take
@@ -190,6 +191,7 @@ class Daemon:
         _bound_hub(self.hub, config, self.descriptors)
         self.builder = JobBuilder(PeakTable(config.peaks))
         self.endpoint.program_limit = config.program_series_limit
+        self.findings.goodput_floor = config.goodput_floor
         if plan.rebuild_collectors:
             old, self.collectors = self.runner, collectors
             self.runner = runner or _new_runner(collectors, config)
@@ -401,6 +403,7 @@ class Daemon:
                 config_reload_failures_total=self.reloads.failures,
                 config_last_reload_successful=self.reloads.last_ok,
                 refused_total=self._refused(),
+                goodput_floor=self.config.goodput_floor,
             ),
             host=output.host,
             devices=output.devices,

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from xmon.findings.goodput import DEFAULT_FLOOR, detect_low_goodput
 from xmon.findings.host_bound import detect_host_bound, waits_for_cpu
 from xmon.findings.memory import (
     RESIDENT,
@@ -72,9 +73,11 @@ class FindingsTracker:
         self,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        goodput_floor: float = DEFAULT_FLOOR,
     ) -> None:
         self._clock = clock
         self._wall = wall
+        self.goodput_floor = goodput_floor  # the daemon's goodput_floor (set again on reload)
         self._jobs: dict[int, _History] = {}
         self._ooms: dict[int, OomEvent] = {}  # each job's latest out-of-memory report
 
@@ -134,6 +137,7 @@ class FindingsTracker:
                 leak = detect_leak(tuple(history.resident), job, host, 0.0, RESIDENT)
             found.append(leak)
         found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
+        found.append(detect_low_goodput(job.goodput, 0.0, self.goodput_floor))
         found.extend(detect_setup(job, now - history.first_seen, 0.0))
         return worst_first(self._dated([f for f in found if f is not None], history))
 
