@@ -65,6 +65,16 @@ DEVICES = (
           "The job is stepping at {{ $value | humanizePercentage }} {{ $labels.basis }} for 30 "
           "minutes: MFU is the declared model FLOPs per second over the devices' peak, HFU "
           "(for jobs that declare none) the FLOPs XLA counts as executed."),
+    # The 5-minute window: a job's first minutes (start-up, warm-up compiles) are badput, but
+    # a job whose goodput stays below the floor for 15 minutes is losing time to something.
+    Alert("XmonJobLowGoodput",
+          'xmon_job_goodput_ratio{window="5m"} < on(instance) group_left'
+          " xmon_daemon_goodput_floor_ratio",
+          ('xmon_job_goodput_ratio{window="5m"}', "xmon_daemon_goodput_floor_ratio"), "15m",
+          "warning", f"Low goodput: {WHO}",
+          "Only {{ $value | humanizePercentage }} of the last 5 minutes of the job's wall time "
+          "was productive (stepping with its devices busy), below the daemon's goodput_floor: "
+          "xmon doctor names where the rest went (low_goodput)."),
     Alert("XmonJobHostBound",
           "max by (instance, job, job_name, pid) (xmon_job_device_busy_ratio) < 0.5"
           f" and {STEPPING}",

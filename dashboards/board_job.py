@@ -186,6 +186,27 @@ def _process() -> Row:
     ))  # fmt: skip
 
 
+def _goodput() -> Row:
+    return Row("Goodput", (
+        Panel("Goodput", "Productive share of the process's wall time: stepping with the "
+              "devices busy (docs/goodput.md), over its life, the last 5 minutes and hour.",
+              (q(f'xmon_job_goodput_ratio{{{J}, window=~"life|5m|1h"}}', JOB + " {{window}}"),
+               q('xmon_daemon_goodput_floor_ratio{instance=~"$instance"}', "floor")),
+              unit="percentunit", max=1, width=8),
+        Panel("Where the wall time went", "Seconds of the process's life per bucket, stacked: "
+              "productive, host_wait (devices waiting for the host inside steps), startup, "
+              "compile, checkpoint_save/restore, stall, idle, unattributed; they sum to the "
+              "wall time.",
+              (q(f"xmon_job_wall_seconds{{{J}}}", JOB + " {{bucket}}"),),
+              unit="s", width=8, stacked=True),
+        Panel("Badput over time", "Seconds per second of wall time each badput bucket "
+              "took, stacked: the rate of lost time, what to fix first.",
+              (q(f'rate(xmon_job_wall_seconds{{{J}, bucket!="productive"}}{RATE})',
+                 JOB + " {{bucket}}"),),
+              unit="percentunit", width=8, stacked=True),
+    ))  # fmt: skip
+
+
 def _ledger() -> Row:
     return Row("Execution ledger", (
         Panel("Execution samples per minute", "Short profiler samples the agent took, and "
@@ -242,6 +263,7 @@ BOARD = Board(
         _programs(),
         _memory(),
         _process(),
+        _goodput(),
         _ledger(),
     ),
 )

@@ -30,6 +30,10 @@ RECORDS = (
            "Per step, how long each process's devices wait for its host."),
     Record("xmon:job_process:steps_per_second", f"xmon_job_steps_per_second {JOIN}",
            "Each process's step rate (the same for all processes of a synchronous job)."),
+    Record("xmon:job:goodput_ratio",
+           f"min by (job_key, window) (xmon_job_goodput_ratio {JOIN})",
+           "A multi-process job's goodput per window: its least productive process's (in a "
+           "synchronous job every process waits for the slowest)."),
     Record("xmon:job:step_seconds",
            "1 / min by (job_key) (xmon:job_process:steps_per_second > 0)",
            "The job's step time: its slowest process's."),

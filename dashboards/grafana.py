@@ -89,6 +89,7 @@ class Panel:
     height: int = 8
     max: float | None = None
     links: tuple[tuple[str, str, str], ...] = ()  # (field, link title, url) for tables
+    stacked: bool = False  # timeseries: series stacked (parts of one whole), filled
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ def _field_config(panel: Panel) -> dict[str, Any]:
     if panel.kind == "timeseries":
         defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
                               "showPoints": "never", "spanNulls": False}  # fmt: skip
+        if panel.stacked:
+            defaults["custom"].update(fillOpacity=70, stacking={"mode": "normal", "group": "A"})
     overrides = [
         {
             "matcher": {"id": "byName", "options": name},

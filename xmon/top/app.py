@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from rich.console import Group
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
@@ -26,6 +27,7 @@ from xmon.model import Snapshot
 from xmon.top import layout, panels
 from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
 from xmon.top.findings import findings_panel, title_note
+from xmon.top.goodput import goodput_panel
 from xmon.top.help import CAPTURE_UNAVAILABLE, CaptureUnavailable, HelpScreen, daemon_capture
 from xmon.top.history import History
 from xmon.top.layout import SORTED_TABLE, VIEWS
@@ -147,8 +149,10 @@ class XmonTop(App[None]):
             return
         jobs = jobs_in_scope(snapshot, self.tab_pid)
         if view == "overview":
+            devices = panels.device_panel(device_rows(snapshot, self.tab_pid))
+            goodput = goodput_panel(jobs)
             self.query_one("#devices", Static).update(
-                panels.device_panel(device_rows(snapshot, self.tab_pid))
+                devices if goodput is None else Group(devices, Text(""), goodput)
             )
             self._show_table("#jobs", jobs, "Jobs", panels.job_legend(jobs))
         elif view == "memory":

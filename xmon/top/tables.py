@@ -18,6 +18,7 @@ from xmon import derived
 from xmon.model import CompileEvent, Job, Program
 from xmon.top import fmt
 from xmon.top.findings import job_mark, mark_rank
+from xmon.top.goodput import goodput_ratio, lost_share, lost_to
 from xmon.top.viewmodel import (
     job_busy_ratio,
     job_memory_in_use,
@@ -147,6 +148,8 @@ JOB_COLUMNS = (
     Column("HFU", _hfu, lambda j: j.utilization.hardware_flops_utilization_ratio),
     Column("BUSY", lambda j: fmt.percent(job_busy_ratio(j)), job_busy_ratio),
     Column("CPU", lambda j: fmt.percent(_job_cpu(j)), _job_cpu),
+    Column("GOOD", lambda j: fmt.percent(goodput_ratio(j)), goodput_ratio),  # of the wall time
+    Column("LOST TO", lost_to, lost_share, numeric=False),  # the biggest badput
     Column("STEPS", lambda j: _steps(_step_count(j), j), lambda j: j.steps.steps_total),
 )  # fmt: skip
 
