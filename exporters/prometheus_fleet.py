@@ -48,3 +48,4 @@ def add_goodput_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
     for window, ratio in (("life", goodput.ratio), ("5m", goodput.ratio_5m),
                           ("1h", goodput.ratio_1h)):  # fmt: skip
         b.add("xmon_job_goodput_ratio", (*key, window), ratio)
+    b.add("xmon_job_restart_lost_seconds", key, goodput.restart_seconds)

@@ -95,6 +95,7 @@ def _goodput_scalars(job: Job) -> Raw:
         ("goodput/ratio", goodput.ratio),
         ("goodput/ratio_5m", goodput.ratio_5m),
         ("goodput/ratio_1h", goodput.ratio_1h),
+        ("goodput/restart_lost_seconds", goodput.restart_seconds),
     ]
 
 

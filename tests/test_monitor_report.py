@@ -351,7 +351,7 @@ def test_the_wall_time_account_is_reported_with_its_ratios(validator: Any) -> No
     assert entry["goodput"] == {
         "wall_seconds": 100.0, "seconds": {"productive": 70.0, "host_wait": 10.0, "compile": 20.0},
         "ratio": 0.7, "ratio_5m": 0.7, "ratio_1h": None, "biggest_badput": "compile",
-        "steps_marked": True,
+        "steps_marked": True, "restart_seconds": None,
     }  # fmt: skip
     assert valid(validator, build_report(snapshot(1, jobs=(job(),)), None))["jobs"][0][
         "goodput"] is None  # fmt: skip

@@ -134,7 +134,8 @@ def train_job(n_programs: int = 60) -> Job:
         step_breakdown=StepBreakdown(0.5, 0.3, 0.15, 0.05),
         goodput=Goodput(3600.0, (("productive", 3000.0), ("host_wait", 300.0),
                                  ("startup", 120.0), ("compile", 180.0)),
-                        ratio=3000 / 3600, ratio_5m=0.9, ratio_1h=None, biggest_badput="host_wait"),
+                        ratio=3000 / 3600, ratio_5m=0.9, ratio_1h=None, biggest_badput="host_wait",
+                        restart_seconds=95.0),
         capabilities=(Capability("ledger"), Capability("loop_cost", "no HLO text parser")),
     )  # fmt: skip
 
@@ -341,6 +342,7 @@ EXPECTED = [
     (key("xmon_job_goodput_ratio", **TRAIN, window="life"), 3000 / 3600),
     (key("xmon_job_goodput_ratio", **TRAIN, window="5m"), 0.9),
     (key("xmon_daemon_goodput_floor_ratio"), 0.5),
+    (key("xmon_job_restart_lost_seconds", **TRAIN), 95.0),
 ]
 
 

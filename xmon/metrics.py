@@ -559,6 +559,11 @@ _GOODPUT_METRICS = (
        "(since the process started), 5m or 1h (the life where shorter). Absent before the "
        "execution ledger's first busy reading.",
        (*JOB, "window"), "", "Job.goodput.ratio"),
+    _g("xmon_job_restart_lost_seconds", "What the restart that started this process cost: from "
+       "the last step of the process it replaced (the same declared job key, XMON_JOB_KEY, or "
+       "jax.distributed coordinator, and process index) to this one's first step. Absent when "
+       "the process is no restart the daemon saw.",
+       JOB, "seconds", "Job.goodput.restart_seconds"),
 )
 
 # fmt: on

@@ -331,6 +331,10 @@ class Goodput:
     ratio_1h: float | None
     biggest_badput: str | None  # the bucket other than productive holding the most time
     steps_marked: bool = True  # else stepping is counted from the first compile
+    # From the last step of the process this one replaced (the same declared job key and
+    # process index) to this one's first step: what the restart cost, before this process's
+    # own account (xmon.goodput.restarts). None: not a restart, or not known.
+    restart_seconds: float | None = None
 
     def bucket(self, name: str) -> float:
         return dict(self.seconds).get(name, 0.0)

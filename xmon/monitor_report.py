@@ -269,6 +269,7 @@ def _goodput(goodput: Goodput | None) -> dict[str, Any] | None:
         "ratio_1h": goodput.ratio_1h,
         "biggest_badput": goodput.biggest_badput,
         "steps_marked": goodput.steps_marked,
+        "restart_seconds": goodput.restart_seconds,
     }
 
 

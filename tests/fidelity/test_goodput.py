@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,56 @@ def test_a_job_without_markers_is_stepping_from_its_first_compile(
 @pytest.fixture(autouse=True)
 def _quiet_orbax() -> None:
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "1")
+
+
+RESTARTED = r"""
+import json, os, sys, time
+import jax, jax.numpy as jnp
+import xmon
+
+out = os.environ["JOB_TRUTH"]
+step = jax.jit(lambda x: jnp.tanh(x @ x))
+x = jnp.ones((256, 256)) / 256
+first = None
+for _ in range(40):
+    begun = time.time()
+    with xmon.step():
+        x = step(x)
+        x.block_until_ready()
+    first = first or begun
+    last = time.time()
+with open(out, "w") as f:
+    json.dump({"first_step": first, "last_end": last}, f)
+while os.environ.get("JOB_WAIT") and not os.path.exists(out + ".stop"):
+    time.sleep(0.1)
+"""
+
+
+def test_a_restart_under_the_same_job_key_costs_its_gap(tmp_path: Path, daemon: Daemon) -> None:
+    """The job stops and starts again under the same declared job key: the new process's
+    restart cost is the gap from the old one's last step to its own first."""
+    truths = [tmp_path / "first.json", tmp_path / "second.json"]
+    first = start_job(tmp_path, daemon.socket_path, RESTARTED, "restarted", period=0.5,
+                      XMON_JOB_KEY="run-42", JOB_TRUTH=str(truths[0]))  # fmt: skip
+    assert first.popen.wait(120) == 0, first.log()
+    time.sleep(1.0)  # the daemon has seen its stream end
+    second = start_job(tmp_path, daemon.socket_path, RESTARTED, "restarted", period=0.5,
+                       XMON_JOB_KEY="run-42", JOB_TRUTH=str(truths[1]), JOB_WAIT="1")  # fmt: skip
+    try:
+        wait_for(lambda: truths[1].exists() or not second.alive(), 120, "the second run's steps")
+        with DaemonClient(daemon.socket_path) as client:
+
+            def restart() -> float | None:
+                jobs = [j for j in client.get_snapshot().jobs if j.pid == second.popen.pid]
+                goodput = jobs[0].goodput if jobs else None
+                return goodput.restart_seconds if goodput is not None else None
+
+            lost = wait_for(restart, 30, "the restart's cost")
+        Path(f"{truths[1]}.stop").touch()
+        assert second.popen.wait(30) == 0, second.log()
+    finally:
+        if second.alive():
+            second.stop()
+    own = json.loads(truths[1].read_text())["first_step"] - json.loads(truths[0].read_text())[
+        "last_end"]  # fmt: skip
+    assert abs(lost - own) <= 0.5, (lost, own)

@@ -121,12 +121,17 @@ class GoodputWatch:
             stepping = self._read_steps(now)
             self.account.stepping = stepping
             buckets = self.account.buckets(now)
-        return xmon_pb2.GoodputAccount(
+        account = xmon_pb2.GoodputAccount(
             process_started_at=self.account.process_start + self._offset,
             as_of=now + self._offset,
             seconds=buckets,
             steps_marked=stepping.marked,
         )
+        if stepping.marked and stepping.first is not None:
+            account.first_step_at = stepping.first + self._offset
+        if stepping.last_end is not None:
+            account.last_step_at = stepping.last_end + self._offset
+        return account
 
     def _read_steps(self, now: float) -> Stepping:
         """Fold the step begins since the last report: each period past the stall threshold

@@ -21,6 +21,7 @@ from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
 from xmon.daemon.parts import JoiningPool
 from xmon.daemon.snapshot_encoding import SnapshotEncoder
+from xmon.goodput.restarts import RestartMemory
 from xmon.model import Job, Snapshot
 from xmon.proto import xmon_pb2
 
@@ -68,6 +69,7 @@ class Hub:
         default_factory=list
     )
     ledger_reader: LedgerReader = field(default_factory=LedgerReader)
+    restarts: RestartMemory = field(default_factory=RestartMemory)  # processes that ended
     joining: JoiningPool = field(init=False)  # messages in parts, over all agent streams
     # (job name, pid, host, report) of a job that ran out of memory (xmon.daemon.oom.OomSink)
     oom_sink: Callable[[str, int, str, xmon_pb2.OomReport], None] | None = None

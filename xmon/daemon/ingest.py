@@ -106,6 +106,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             hub.counters.disconnects += 1
             if state is not None:
                 log.info("agent detached: job %r pid %d", state.job_name, state.pid)
+                if (key := state.restart_key()) is not None:
+                    hub.restarts.ended(key, state.last_step_at())
 
     async def _judge_hello(
         self, hello: xmon_pb2.AgentHello

@@ -5,6 +5,7 @@ MFU, HFU, bandwidth utilisation, the step's breakdown and the job's fleet identi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
@@ -12,6 +13,7 @@ from xmon import derived
 from xmon.daemon.jobs import JobState, clean_label, clean_text, device_memory
 from xmon.execution import rates
 from xmon.execution.ledger import JobLedger, LedgerRates
+from xmon.goodput.restarts import RestartMemory
 from xmon.model import (
     AgentHealth,
     Capability,
@@ -38,9 +40,16 @@ THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
 class JobBuilder:
     """Turns a JobState into the snapshot's Job with every derived number filled in."""
 
-    def __init__(self, peaks: PeakTable, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        peaks: PeakTable,
+        clock: Callable[[], float] = time.monotonic,
+        restarts: RestartMemory | None = None,
+    ) -> None:
         self._peaks = peaks
         self._clock = clock
+        # processes of job keys that ended (an empty memory is falsy: no "or" here)
+        self._restarts = RestartMemory() if restarts is None else restarts
         # id(JobState) -> ((sorted programs, ledger rates, step rate), programs built from them)
         self._built: dict[int, tuple[tuple[object, ...], tuple[Program, ...]]] = {}
 
@@ -66,7 +75,7 @@ class JobBuilder:
             **identity,
             fleet=fleet,
             step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
-            goodput=_goodput(state, busy),
+            goodput=self._goodput(state, busy),
             platform=state.platform or hello.platform or "unknown",
             last_report_at=state.last_report_at,
             devices=devices,
@@ -99,6 +108,24 @@ class JobBuilder:
         )
         self._built[id(state)] = (key, programs)
         return programs
+
+    def _goodput(self, state: JobState, busy: dict[int, float]) -> Goodput | None:
+        """The job's wall-time account with its stepping split by the busy ratio of the
+        devices the step uses, and what its restart cost; None from an agent that sends none."""
+        report = state.report
+        if report is None or not report.HasField("goodput"):
+            return None
+        account = report.goodput
+        goodput = state.goodput.update(
+            dict(account.seconds),
+            wall_seconds=max(0.0, account.as_of - account.process_started_at),
+            as_of=account.as_of,
+            busy_ratio=rates.step_busy_ratio(busy),
+            steps_marked=account.steps_marked,
+        )
+        key = state.restart_key()
+        lost = self._restarts.lost(key, account.first_step_at) if key is not None else None
+        return goodput if lost is None else dataclasses.replace(goodput, restart_seconds=lost)
 
     def forget(self, live: Iterable[JobState]) -> None:
         """Drop what was kept for jobs that are gone."""
@@ -253,22 +280,6 @@ def _ledger_stats(
         parse_errors_total=ledger.parse_errors_total,
         samples_dropped_total=ledger.samples_dropped_total,
         sample_seconds_asked=ledger.sample_seconds_wanted,
-    )
-
-
-def _goodput(state: JobState, busy: dict[int, float]) -> Goodput | None:
-    """The job's wall-time account with its stepping split by the busy ratio of the devices
-    the step uses; None from an agent that sends none."""
-    report = state.report
-    if report is None or not report.HasField("goodput"):
-        return None
-    account = report.goodput
-    return state.goodput.update(
-        dict(account.seconds),
-        wall_seconds=max(0.0, account.as_of - account.process_started_at),
-        as_of=account.as_of,
-        busy_ratio=rates.step_busy_ratio(busy),
-        steps_marked=account.steps_marked,
     )
 
 

@@ -20,6 +20,7 @@ from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, Stat
 from xmon.daemon.report_strings import cut_report_strings
 from xmon.daemon.sanitize import scrub
 from xmon.execution.ledger import JobLedger
+from xmon.goodput.account import BUCKETS as ACCOUNT_BUCKETS
 from xmon.goodput.split import GoodputSplit
 from xmon.model import (
     CompileEvent,
@@ -151,6 +152,20 @@ class JobState:
             "pid_verified": self.pid_verified,
         }
 
+    def restart_key(self) -> tuple[str, int] | None:
+        """(job key, process index) where the key outlives the process (declared, or a
+        jax.distributed coordinator's): what a restarted process of the job shares with the
+        one it replaces (xmon.goodput.restarts). None for keys that name the process."""
+        identity = self.report.process if self.report is not None else None
+        if identity is None or not (identity.job_key_declared or identity.distributed):
+            return None
+        return clean_label(identity.job_key), int(identity.process_index)
+
+    def last_step_at(self) -> float:
+        """Wall clock of the job's last marked step's end (0 before one)."""
+        report = self.report
+        return report.goodput.last_step_at if report is not None else 0.0
+
     def sorted_programs(self) -> tuple[Program, ...]:
         """Programs in compile order; re-sorted only after a report changed them."""
         if self._programs_sorted is None:
@@ -246,6 +261,11 @@ def _slim_report(report: xmon_pb2.AgentReport, budget: StateBudget) -> xmon_pb2.
     del slim.steps.recent_step_seconds[:]
     # read by the findings (xmon.findings.tracker); the agent bounds both (16 rows, 64 KiB)
     del slim.compile_functions[16:]
+    seconds = slim.goodput.seconds
+    if any(name not in ACCOUNT_BUCKETS for name in seconds):  # only the buckets are read
+        known = {name: value for name, value in seconds.items() if name in ACCOUNT_BUCKETS}
+        slim.goodput.ClearField("seconds")
+        slim.goodput.seconds.update(known)
     cut_report_strings(slim, budget)  # before _compact, which keeps only what is left
     limit = budget.limits.stats_per_device
     for kept in slim.memory:  # no more than devices_per_job samples (_cut_to_limits)

@@ -115,7 +115,7 @@ class Daemon:
         self.runner = CollectorRunner(
             collectors, timeout=max(0.5, config.period_seconds), config=config
         )
-        self.builder = JobBuilder(PeakTable(config.peaks))
+        self.builder = JobBuilder(PeakTable(config.peaks), restarts=self.hub.restarts)
         self.endpoint = MetricsEndpoint(
             program_limit=config.program_series_limit,
             max_connections=config.metrics_max_connections,
@@ -189,7 +189,7 @@ class Daemon:
         self.hub.period_seconds = config.period_seconds
         self.hub.max_agents = config.max_agents
         _bound_hub(self.hub, config, self.descriptors)
-        self.builder = JobBuilder(PeakTable(config.peaks))
+        self.builder = JobBuilder(PeakTable(config.peaks), restarts=self.hub.restarts)
         self.endpoint.program_limit = config.program_series_limit
         self.findings.goodput_floor = config.goodput_floor
         if plan.rebuild_collectors:

@@ -391,7 +391,7 @@ class AgentReport(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., wall_time: _Optional[float] = ..., memory: _Optional[_Iterable[_Union[DeviceMemorySample, _Mapping]]] = ..., compile: _Optional[_Union[CompileCounters, _Mapping]] = ..., compile_events: _Optional[_Iterable[_Union[CompileEvent, _Mapping]]] = ..., programs: _Optional[_Iterable[_Union[ProgramInfo, _Mapping]]] = ..., steps: _Optional[_Union[StepCounters, _Mapping]] = ..., agent: _Optional[_Union[AgentCounters, _Mapping]] = ..., devices: _Optional[_Iterable[_Union[DeviceInfo, _Mapping]]] = ..., platform: _Optional[str] = ..., compile_functions: _Optional[_Iterable[_Union[FunctionCompiles, _Mapping]]] = ..., stall: _Optional[_Union[StallReport, _Mapping]] = ..., process: _Optional[_Union[ProcessIdentity, _Mapping]] = ..., capabilities: _Optional[_Iterable[_Union[Capability, _Mapping]]] = ..., goodput: _Optional[_Union[GoodputAccount, _Mapping]] = ...) -> None: ...
 
 class GoodputAccount(_message.Message):
-    __slots__ = ("process_started_at", "as_of", "seconds", "steps_marked")
+    __slots__ = ("process_started_at", "as_of", "seconds", "steps_marked", "first_step_at", "last_step_at")
     class SecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -403,11 +403,15 @@ class GoodputAccount(_message.Message):
     AS_OF_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     STEPS_MARKED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_STEP_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_STEP_AT_FIELD_NUMBER: _ClassVar[int]
     process_started_at: float
     as_of: float
     seconds: _containers.ScalarMap[str, float]
     steps_marked: bool
-    def __init__(self, process_started_at: _Optional[float] = ..., as_of: _Optional[float] = ..., seconds: _Optional[_Mapping[str, float]] = ..., steps_marked: _Optional[bool] = ...) -> None: ...
+    first_step_at: float
+    last_step_at: float
+    def __init__(self, process_started_at: _Optional[float] = ..., as_of: _Optional[float] = ..., seconds: _Optional[_Mapping[str, float]] = ..., steps_marked: _Optional[bool] = ..., first_step_at: _Optional[float] = ..., last_step_at: _Optional[float] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("command_id", "ok", "message", "paths", "error_code", "hlo_gzip", "traced_seconds")
