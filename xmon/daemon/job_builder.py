@@ -75,7 +75,7 @@ class JobBuilder:
             **identity,
             fleet=fleet,
             step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
-            goodput=self._goodput(state, busy),
+            goodput=self._goodput(state, ledger),
             platform=state.platform or hello.platform or "unknown",
             last_report_at=state.last_report_at,
             devices=devices,
@@ -109,13 +109,17 @@ class JobBuilder:
         self._built[id(state)] = (key, programs)
         return programs
 
-    def _goodput(self, state: JobState, busy: dict[int, float]) -> Goodput | None:
-        """The job's wall-time account with its stepping split by the busy ratio of the
-        devices the step uses, and what its restart cost; None from an agent that sends none."""
+    def _goodput(self, state: JobState, ledger: LedgerRates) -> Goodput | None:
+        """The job's wall-time account with its stepping split by the busy ratio, while it
+        steps, of the devices the step uses; and what its restart cost. None from an agent that
+        sends no account."""
         report = state.report
         if report is None or not report.HasField("goodput"):
             return None
         account = report.goodput
+        busy = rates.busy_by_device(
+            ledger.stepping_busy_ratio, list(state.devices), _ordinals(state)
+        )
         goodput = state.goodput.update(
             dict(account.seconds),
             wall_seconds=max(0.0, account.as_of - account.process_started_at),
@@ -154,11 +158,7 @@ class JobBuilder:
         steady_busy: dict[int, float] = {}
         collective: dict[int, float] = {}
         if ledger.samples:
-            ordinals = {
-                i: info.local_hardware_id
-                for i, info in state.devices.items()
-                if info.local_hardware_id is not None
-            }
+            ordinals = _ordinals(state)
             busy = rates.busy_by_device(ledger.busy_ratio, list(state.devices), ordinals)
             steady_busy = rates.busy_by_device(
                 ledger.busy_ratio_median, list(state.devices), ordinals
@@ -281,6 +281,15 @@ def _ledger_stats(
         samples_dropped_total=ledger.samples_dropped_total,
         sample_seconds_asked=ledger.sample_seconds_wanted,
     )
+
+
+def _ordinals(state: JobState) -> dict[int, int]:
+    """Device id -> the ordinal the ledger's samples name it by, where the job said."""
+    return {
+        i: info.local_hardware_id
+        for i, info in state.devices.items()
+        if info.local_hardware_id is not None
+    }
 
 
 def _compile_stats(

@@ -41,6 +41,10 @@ class LedgerRates:
     # while the process was descheduled (a loaded host) does not move them. What a step's
     # breakdown and the fleet's straggler judgement read.
     busy_ratio_median: Mapping[int, float] = field(default_factory=dict)
+    # device ordinal -> busy seconds / sampled seconds over the samples that saw the job step
+    # (marked steps in them, or its dominant program without markers): how busy the devices
+    # are while stepping, not while the job stalls, saves or idles (xmon.goodput.split)
+    stepping_busy_ratio: Mapping[int, float] = field(default_factory=dict)
     collective_ratio_median: Mapping[int, float] = field(default_factory=dict)
     program_names: Mapping[int, str] = field(default_factory=dict)  # where samples name them
 
@@ -139,9 +143,24 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             {d: min(1.0, s / sampled) for d, s in collective.items()} if sampled > 0 else {}
         ),
         busy_ratio_median=_median_ratios(samples, lambda s: s.device_busy_seconds),
+        stepping_busy_ratio=_stepping_busy(samples),
         program_names={p: name for s in samples for p, name in s.program_names.items()},
         collective_ratio_median=_median_ratios(samples, lambda s: s.device_collective_seconds),
     )
+
+
+def _stepping_busy(samples: Sequence[SampleReading]) -> dict[int, float]:
+    stepping = [
+        s for s in samples if (s.steps_in_core if s.steps_marked else s.dominant is not None)
+    ]
+    sampled = sum(s.duration_seconds for s in stepping)
+    if sampled <= 0:
+        return {}
+    busy: defaultdict[int, float] = defaultdict(float)
+    for sample in stepping:
+        for device, seconds in sample.device_busy_seconds.items():
+            busy[device] += seconds
+    return {d: min(1.0, seconds / sampled) for d, seconds in busy.items()}
 
 
 def _median_ratios(
