@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,40 @@ from xmon.model import Goodput, Job
 
 from procs import Daemon, start_job, wait_for
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from dashboards.alerts import ALERTS  # noqa: E402
+
 pytestmark = pytest.mark.e2e
 
 JOB = Path(__file__).with_name("goodput_job.py")
+REPO = Path(__file__).resolve().parents[2]
+RULES = REPO / "dashboards" / "alerts" / "xmon.rules.yml"
+LOW_GOODPUT = next(a.expr for a in ALERTS if a.name == "XmonJobLowGoodput")
+# The job dashboard's goodput row, with Grafana's variables as "All" sends them.
+GOODPUT_PANEL_QUERIES = (
+    'xmon_job_goodput_ratio{instance=~".*", job_name=~".*", window=~"life|5m|1h"}',
+    'xmon_job_wall_seconds{instance=~".*", job_name=~".*"}',
+    'rate(xmon_job_wall_seconds{instance=~".*", job_name=~".*", bucket!="productive"}[1m])',
+)
+HEALTHY = r"""
+import os, time
+import jax, jax.numpy as jnp
+import xmon
+
+step = jax.jit(lambda w, x: jnp.tanh(x @ w))
+w = jnp.ones((512, 512)) / 512
+x = jnp.ones((512, 512))
+while not os.path.exists(os.environ["JOB_STOP"]):
+    with xmon.step():
+        x = step(w, x)
+        x.block_until_ready()
+"""
 IDLE_SECONDS = 4.0  # read once the tail has idled this long (the stall threshold is 2 s)
 
 
-def run_goodput_job(tmp_path: Path, daemon: Daemon, marked: bool) -> tuple[Goodput, dict[str, Any]]:
+def run_goodput_job(
+    tmp_path: Path, daemon: Daemon, marked: bool, while_idle: Callable[[], None] = lambda: None
+) -> tuple[Goodput, dict[str, Any]]:
     name = "goodput" if marked else "goodput_unmarked"
     truth_path = tmp_path / f"{name}.json"
     args = [str(JOB), str(truth_path), str(tmp_path / "checkpoints"), "1" if marked else "0"]
@@ -48,6 +77,7 @@ def run_goodput_job(tmp_path: Path, daemon: Daemon, marked: bool) -> tuple[Goodp
                 return (jobs[0], goodput) if as_of - truth["last_end"] >= IDLE_SECONDS else None
 
             _, goodput = wait_for(idle_account, 30, "the account of the idle tail", 0.5)
+        while_idle()
         Path(f"{truth_path}.stop").touch()
         assert job.popen.wait(30) == 0, job.log()
     finally:
@@ -57,12 +87,38 @@ def run_goodput_job(tmp_path: Path, daemon: Daemon, marked: bool) -> tuple[Goodp
     return goodput, truth
 
 
+def _job_names(result: list[dict[str, Any]]) -> set[str]:
+    return {sample["metric"].get("job_name", "") for sample in result}
+
+
 def near(value: float, truth: float, wall: float) -> bool:
     return abs(value - truth) <= max(0.02 * wall, 0.5)
 
 
-def test_every_second_of_a_marked_job_is_where_it_went(tmp_path: Path, daemon: Daemon) -> None:
-    goodput, truth = run_goodput_job(tmp_path, daemon, marked=True)
+def test_every_second_of_a_marked_job_is_where_it_went(
+    tmp_path: Path, daemon: Daemon, prometheus_for: Any
+) -> None:
+    """Beside it, a healthy twin (steps only) on the same daemon, and a real Prometheus with
+    the shipped rules: the dashboard's goodput queries return data for both, and the low
+    goodput alert's condition holds for the job that stalls, saves and idles, not the twin."""
+    prometheus = prometheus_for([f"127.0.0.1:{daemon.metrics_port}"], [RULES])
+    twin = start_job(tmp_path, daemon.socket_path, HEALTHY, "healthy", period=0.5,
+                     JOB_STOP=str(tmp_path / "healthy.stop"))  # fmt: skip
+
+    def judged_by_prometheus() -> None:
+        assert twin.alive(), twin.log()
+        both = {"goodput", "healthy"}
+        for expr in GOODPUT_PANEL_QUERIES:
+            wait_for(lambda e=expr: _job_names(prometheus.query(e)) >= both, 60, expr, 1.0)
+        low = wait_for(lambda: prometheus.query(LOW_GOODPUT), 30, "the low goodput condition", 1.0)
+        assert _job_names(low) == {"goodput"}, low
+
+    try:
+        goodput, truth = run_goodput_job(tmp_path, daemon, marked=True,
+                                         while_idle=judged_by_prometheus)  # fmt: skip
+    finally:
+        (tmp_path / "healthy.stop").touch()
+        twin.popen.wait(30)
     wall = goodput.wall_seconds
     got = dict(goodput.seconds)
     as_of = truth["process_start"] + wall

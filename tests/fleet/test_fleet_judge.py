@@ -141,3 +141,22 @@ def test_a_watch_keeps_its_straggler_named_near_the_threshold() -> None:
     kept = verdicts(near, args, first)  # type: ignore[arg-type]
     assert kept[0].straggler is not None and kept[0].straggler.process_index == 1
     assert verdicts(near, args)[0].straggler is None  # judged afresh: under the threshold
+
+
+def test_a_job_s_goodput_is_its_least_productive_process_s() -> None:
+    verdict = judge(KEY, [reading(0, goodput_ratio=0.8), reading(1, goodput_ratio=0.55),
+                          reading(2), reading(3, goodput_ratio=0.9)])  # fmt: skip
+    assert verdict.goodput_ratio == pytest.approx(0.55)
+    text = render_text([verdict])
+    assert "goodput 55% (its least productive process's, 5 min)" in text
+    assert "GOOD 5M" in text and " 80% " in text
+    assert judge(KEY, [reading(0), reading(1)]).goodput_ratio is None
+
+
+def test_label_matchers_join_a_series_own() -> None:
+    from xmon.fleet.prometheus_source import _selecting
+
+    assert _selecting('xmon_job_goodput_ratio{window="5m"}', 'job="xmon"') == (
+        'xmon_job_goodput_ratio{window="5m", job="xmon"}')  # fmt: skip
+    assert _selecting("xmon_job_steps_total", 'job="xmon"') == 'xmon_job_steps_total{job="xmon"}'
+    assert _selecting("xmon_job_steps_total", "") == "xmon_job_steps_total"

@@ -54,6 +54,7 @@ class ProcessReading:
     compute_seconds: float | None = None
     collective_seconds: float | None = None
     stalled_waits_in: str | None = None  # jax | host | unknown while stalled
+    goodput_ratio: float | None = None  # productive share of the last 5 minutes (xmon.goodput)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class FleetVerdict:
     stalled: tuple[int, ...]
     missing: tuple[int, ...]  # the first MISSING_LISTED process indexes that no daemon reports
     missing_count: int = 0  # all of them
+    # The job's goodput: its least productive process's (every process of a synchronous job
+    # waits for the slowest); None before any process has a reading
+    goodput_ratio: float | None = None
 
 
 MISSING_LISTED = 64  # missing processes named one by one; the rest are counted
@@ -110,6 +114,9 @@ def judge(
         missing=first_missing(count, processes),
         missing_count=count
         - len({r.process_index for r in processes if 0 <= r.process_index < count}),
+        goodput_ratio=min(
+            (r.goodput_ratio for r in processes if r.goodput_ratio is not None), default=None
+        ),
     )
 
 

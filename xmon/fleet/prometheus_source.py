@@ -32,6 +32,7 @@ _SERIES: Mapping[str, str] = {
     "host_seconds": "xmon_job_step_host_seconds",
     "compute_seconds": "xmon_job_step_device_compute_seconds",
     "collective_seconds": "xmon_job_step_device_collective_seconds",
+    "goodput_ratio": 'xmon_job_goodput_ratio{window="5m"}',
 }
 
 
@@ -83,7 +84,7 @@ class PrometheusSource:
                 pid=_int(key[2]),
             )
         for field, series in _SERIES.items():
-            for sample in self.query(f"{series}{selector}"):
+            for sample in self.query(_selecting(series, matchers)):
                 key = _key(sample.get("metric", {}))
                 if key in processes:
                     values: dict[str, Any] = {field: _value(sample)}
@@ -96,6 +97,15 @@ class PrometheusSource:
                     processes[key], stalled_waits_in=labels.get("waits_in", "unknown")
                 )
         return list(processes.values())
+
+
+def _selecting(series: str, matchers: str) -> str:
+    """``series`` (a name, or a name with its own label matchers) with ``matchers`` added."""
+    if not matchers:
+        return series
+    if series.endswith("}"):
+        return f"{series[:-1]}, {matchers}}}"
+    return f"{series}{{{matchers}}}"
 
 
 def _key(labels: Mapping[str, str]) -> Key:

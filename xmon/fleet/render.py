@@ -11,7 +11,7 @@ from xmon.fleet.judge import FleetVerdict, ProcessReading
 from xmon.units import duration as format_seconds
 
 HEADER = ["PROC", "WORKER", "DAEMON", "PID", "STEPS", "STEP/S", "SINCE STEP", "HOST/STEP",
-          "COMPUTE", "COLLECTIVE", "STATE"]  # fmt: skip
+          "COMPUTE", "COLLECTIVE", "GOOD 5M", "STATE"]  # fmt: skip
 
 
 def trouble(verdict: FleetVerdict) -> bool:
@@ -31,6 +31,8 @@ def _render_job(v: FleetVerdict) -> str:
         facts.append(f"step {format_seconds(v.step_seconds)}")
     if v.skew_ratio is not None:
         facts.append(f"host skew {v.skew_ratio:.0%} of a step")
+    if v.goodput_ratio is not None:
+        facts.append(f"goodput {v.goodput_ratio:.0%} (its least productive process's, 5 min)")
     lines = [f"job {v.job_key}: " + ", ".join(facts)]
     if v.straggler:
         s = v.straggler
@@ -45,7 +47,7 @@ def _render_job(v: FleetVerdict) -> str:
         tail = f" and {more} more" if more > 0 else ""
         lines.append("  missing: process " + ", ".join(str(i) for i in v.missing) + tail)
     rows = [HEADER] + [_cells(v, p) for p in v.processes]
-    rows += [[str(i), "-", "-", "-", "-", "-", "-", "-", "-", "-", "MISSING"] for i in v.missing]
+    rows += [[str(i), *["-"] * (len(HEADER) - 2), "MISSING"] for i in v.missing]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
               for row in rows]  # fmt: skip
@@ -75,6 +77,7 @@ def _cells(v: FleetVerdict, p: ProcessReading) -> list[str]:
         _seconds(p.host_seconds),
         _seconds(p.compute_seconds),
         _seconds(p.collective_seconds),
+        "-" if p.goodput_ratio is None else f"{p.goodput_ratio:.0%}",
         " ".join(state) or "ok",
     ]
 
