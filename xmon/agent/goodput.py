@@ -137,8 +137,7 @@ class GoodputWatch:
         """Fold the step begins since the last report: each period past the stall threshold
         adds a stall span beyond the median; so does an open step that has run past it."""
         timer = self._timer
-        begun = timer.steps_begun
-        begins = list(timer.begin_times)
+        begun, begins = timer.begins()
         fresh = begun - self._begun_seen
         if fresh > len(begins):  # more began than the timer's window holds: a gap in view
             self._last_begin = None

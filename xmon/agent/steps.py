@@ -65,6 +65,12 @@ class StepTimer:
                 return self.steps_total, 0.0
             return self.steps_total, self._last_end - self._first_start
 
+    def begins(self) -> tuple[int, list[float]]:
+        """Steps begun so far and the clock readings of the latest begins (at most
+        ``MAX_PENDING_STEPS``), read together: the newest reading is the ``steps_begun``-th."""
+        with self._lock:
+            return self.steps_begun, list(self.begin_times)
+
     def first_begin(self) -> float | None:
         """Clock reading of the first step's begin (None before one)."""
         return self._first_start
