@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = {"xmon": REPO / "xmon", "xmon.exporters": REPO / "exporters"}
+SOURCES = {"xmon": REPO / "xmon"}
 # `import xmon; xmon.attach()` is the public face of the agent: the package imports the agent
 # when attach() is called, and the agent reads the package's version. That one edge is by design.
 FACADE_EDGES = {("xmon", "xmon.agent")}

@@ -3,7 +3,7 @@ capture path uses the same names).
 
 ::
 
-    <logdir>/<job>-<pid>/events.out.tfevents.*.xmon             scalars (exporters/tensorboard.py)
+    <logdir>/<job>-<pid>/events.out.tfevents.*.xmon             scalars (tensorboard.py)
     <logdir>/<job>-<pid>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/  one trace (jax.profiler):
         <host>.xplane.pb, <host>.trace.json.gz, xmon_capture.json
     <logdir>/<job>-<pid>/memory/<YYYY_MM_DD_HH_MM_SS>_<host>.prof  memory profile (pprof),
