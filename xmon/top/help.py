@@ -35,6 +35,8 @@ LEGEND = (
     ("MFU", f"declared model FLOPs / peak (PaLM); {fmt.UNDECLARED_TEXT} none declared:"),
     ("", "declare them: xmon.declare_model_flops(...), xmon.step(flops=)"),
     ("BUSY", "device time running the job's programs; low: host-bound"),
+    ("GOOD", "goodput: stepping with the devices busy, of the wall time"),
+    ("LOST", "LOST TO: where most of the rest went (bars under the devices)"),
     (fmt.INFERRED_MARK, "steps inferred from the dominant program (no xmon.step)"),
     (fmt.LOWER_BOUND_MARK, "lower bound: a loop's trip count is unknown to XLA"),
     (fmt.UPPER_BOUND_MARK, "upper bound: XLA counts a conditional's costliest branch"),
