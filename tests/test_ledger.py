@@ -550,15 +550,18 @@ def test_a_job_without_markers_is_asked_for_samples_that_hold_whole_periods() ->
         assert ledger.sample_seconds_wanted == pytest.approx(wanted)
 
 
-def test_the_busy_ratio_while_stepping_leaves_out_samples_that_saw_no_step() -> None:
-    """A marked job stalled through two of five samples: its devices idled then. Busy over all
-    samples is 0.3; while it stepped, 0.5 (what goodput splits stepping time by)."""
-    stepping = [stepped_reading(10, 10.0) for _ in range(3)]
-    stalled = [replace(stepped_reading(0, 0.0), steps_in_core=0.0,
-                                   device_busy_seconds={}) for _ in range(2)]  # fmt: skip
-    rates = ledger_rates([*stepping, *stalled])
-    assert rates.busy_ratio[0] == pytest.approx(0.3)
-    assert rates.stepping_busy_ratio[0] == pytest.approx(0.5)
-    assert ledger_rates(stalled).stepping_busy_ratio == {}
-    unmarked = ledger_rates([unmarked_reading(7, 8, 0.8), unmarked_reading(7, 8, 0.6)])
-    assert unmarked.stepping_busy_ratio[0] == pytest.approx(0.7)
+def test_the_busy_share_of_stepping_counts_the_samples_that_stepped_throughout() -> None:
+    """Over the job's life: samples that stepped throughout count; one taken through a stall
+    (no steps), and one whose steps covered only a third of it (it straddled the end of
+    training), do not. Window bounds do not drop the life's samples."""
+    ledger = JobLedger(window_samples=2)
+    for busy in (0.4, 0.6, 0.5):
+        ledger.add(replace(stepped_reading(10, 10.0), device_busy_seconds={0: busy}))
+    ledger.add(replace(stepped_reading(0, 0.0), steps_in_core=0.0, device_busy_seconds={}))
+    ledger.add(replace(stepped_reading(3, 3.0), core_seconds=0.33, device_busy_seconds={0: 0.2}))
+    assert ledger.stepping_busy_ratio() == {0: pytest.approx(0.5)}
+    assert JobLedger().stepping_busy_ratio() == {}
+    unmarked = JobLedger()
+    unmarked.add(unmarked_reading(7, 8, 0.8))
+    unmarked.add(unmarked_reading(7, 8, 0.6))
+    assert unmarked.stepping_busy_ratio() == {0: pytest.approx(0.7)}

@@ -1,7 +1,9 @@
 """The wall-time account against a job that times itself (goodput_job.py): start-up, compiles
-(a warm-up and one inside a step), real Orbax saves, a 10 s stall and an idle tail, each
-within 2 % of the job's wall time or 0.5 s, whichever is larger; the buckets sum to the wall
-time within 0.5 %. Read from the daemon's snapshot while the job idles after its last step.
+(a warm-up and one inside a step), real Orbax saves, a 10 s stall, its stepping and an idle
+tail, each within 2 % of the job's wall time or 0.5 s, whichever is larger; the buckets sum to
+the wall time within 0.5 %. How stepping splits into productive and host-wait time is the
+profiler's to see: the job brackets it. Read from the daemon's snapshot while the job idles
+after its last step.
 """
 
 from __future__ import annotations
@@ -135,13 +137,21 @@ def test_every_second_of_a_marked_job_is_where_it_went(
                 - truth["save"] - truth["stall"])  # fmt: skip
     report = {k: (round(got.get(k, 0.0), 2), round(v, 2)) for k, v in expected.items()}
     report["steps"] = (round(got["productive"] + got["host_wait"], 2), round(stepping, 2))
+    print(f"goodput, marked: (xmon, the job's own) seconds {report}, wall {wall:.2f} s, "
+          f"productive {got['productive']:.2f} s, the job's matmul calls "
+          f"{truth['device_seconds']:.2f} s")  # fmt: skip
     for bucket, (value, own) in report.items():
         assert near(value, own, wall), (bucket, report, got)
+    # Productive is stepping with the devices busy, as the profiler sees their ops: the job
+    # cannot time that itself, but it brackets it. Its calls of the one matmul a step hold the
+    # device's work and more (dispatch, the wait for the result); while it sleeps on the host
+    # in each step, the device has nothing to do.
+    tolerance = max(0.02 * wall, 0.5)
+    assert got["productive"] <= truth["device_seconds"] + tolerance, (got, truth)
+    assert got["host_wait"] >= truth["host_sleep"] - tolerance, (got, truth)
+    assert got["productive"] >= 0.5 * truth["device_seconds"], (got, truth)
     assert got["checkpoint_restore"] == got["unattributed"] == got["steps_unmeasured"] == 0.0
     assert sum(got.values()) == pytest.approx(wall, rel=0.005)
-    # Productive: stepping with the device busy; the job's own device time per step is its
-    # blocking call (dispatch and the wait for the device), the rest sleeps on the host.
-    assert near(got["productive"], truth["device_seconds"], wall), (got, truth)
     assert goodput.ratio == pytest.approx(got["productive"] / wall)
     assert goodput.steps_marked and goodput.biggest_badput in expected
 

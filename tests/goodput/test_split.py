@@ -1,5 +1,5 @@
-"""The daemon's split of stepping time (xmon.goodput.split): busy-weighted, retroactive for
-seconds before the first reading, windows, and what a hostile agent can send."""
+"""The daemon's split of stepping time (xmon.goodput.split): by the busy share of the job's
+stepping, windows, and what a hostile agent can send."""
 
 from __future__ import annotations
 
@@ -11,31 +11,34 @@ from xmon.goodput.split import GoodputSplit
 from xmon.model import GOODPUT_BUCKETS
 
 
-def test_stepping_is_split_by_the_busy_ratio_current_as_it_grew() -> None:
+def test_stepping_is_split_by_the_busy_share_of_the_job_s_stepping() -> None:
     split = GoodputSplit()
     first = split.update({"startup": 5.0, "steps": 10.0}, 15.0, 1000.0, None)
     assert first.ratio is None and first.bucket("steps_unmeasured") == 10.0
     assert first.biggest_badput == "steps_unmeasured"
-    # the first reading weighs what came before it too
+    # the first share splits all stepping so far
     got = split.update({"startup": 5.0, "steps": 20.0}, 25.0, 1010.0, 0.8)
     assert got.bucket("productive") == pytest.approx(16.0)
     assert got.bucket("host_wait") == pytest.approx(4.0)
     assert got.bucket("steps_unmeasured") == 0.0
-    # 20 s more at 0.3: (20 * 0.8 + 20 * 0.3) / 40 of the stepping
-    got = split.update({"startup": 5.0, "steps": 40.0}, 45.0, 1030.0, 0.3)
-    assert got.bucket("productive") == pytest.approx(40 * (16 + 6) / 40)
+    # the ledger's share over the life's stepping moves: all stepping is split by it
+    got = split.update({"startup": 5.0, "steps": 40.0}, 45.0, 1030.0, 0.55)
+    assert got.bucket("productive") == pytest.approx(22.0)
     assert got.ratio == pytest.approx(22.0 / 45.0)
     assert got.biggest_badput == "host_wait"
     assert sum(s for _, s in got.seconds) == pytest.approx(45.0)
     assert [name for name, _ in got.seconds] == list(GOODPUT_BUCKETS)
+    # no reading this time (a job whose samples stopped stepping through): the last share holds
+    got = split.update({"startup": 5.0, "steps": 50.0}, 55.0, 1040.0, None)
+    assert got.bucket("productive") == pytest.approx(27.5)
 
 
-def test_stepping_that_shrinks_keeps_the_split_s_shares() -> None:
+def test_stepping_that_shrinks_keeps_its_share() -> None:
     """The agent's tail of steps turns idle once past the stall threshold: stepping seconds
     shrink, and productive and host-wait time shrink in proportion."""
     split = GoodputSplit()
     split.update({"steps": 10.0}, 10.0, 1000.0, 0.5)
-    got = split.update({"steps": 8.0, "idle": 4.0}, 12.0, 1002.0, 0.9)
+    got = split.update({"steps": 8.0, "idle": 4.0}, 12.0, 1002.0, None)
     assert got.bucket("productive") == pytest.approx(4.0)
     assert got.bucket("idle") == 4.0
 
@@ -59,7 +62,7 @@ def test_hostile_numbers_count_nothing() -> None:
                         "startup": 3.0}, 3.0, 1000.0, 7.0)  # fmt: skip
     assert dict(got.seconds)["startup"] == 3.0
     assert sum(s for _, s in got.seconds) == 3.0
-    assert got.ratio == 0.0
+    assert got.ratio == 0.0  # a share (clamped to 1) of no stepping
 
 
 def test_the_intake_drops_non_finite_seconds_from_the_account() -> None:

@@ -75,7 +75,7 @@ class JobBuilder:
             **identity,
             fleet=fleet,
             step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
-            goodput=self._goodput(state, ledger),
+            goodput=self._goodput(state),
             platform=state.platform or hello.platform or "unknown",
             last_report_at=state.last_report_at,
             devices=devices,
@@ -109,16 +109,19 @@ class JobBuilder:
         self._built[id(state)] = (key, programs)
         return programs
 
-    def _goodput(self, state: JobState, ledger: LedgerRates) -> Goodput | None:
-        """The job's wall-time account with its stepping split by the busy ratio, while it
-        steps, of the devices the step uses; and what its restart cost. None from an agent that
-        sends no account."""
+    def _goodput(self, state: JobState) -> Goodput | None:
+        """The job's wall-time account with its stepping split by the busy ratio, over its
+        life's stepping, of the devices the step uses; and what its restart cost. None from an
+        agent that sends no account."""
         report = state.report
         if report is None or not report.HasField("goodput"):
             return None
         account = report.goodput
-        busy = rates.busy_by_device(
-            ledger.stepping_busy_ratio, list(state.devices), _ordinals(state)
+        stepping = state.ledger.stepping_busy_ratio()  # empty before a sample stepped through
+        busy = (
+            rates.busy_by_device(stepping, list(state.devices), _ordinals(state))
+            if stepping
+            else {}
         )
         goodput = state.goodput.update(
             dict(account.seconds),

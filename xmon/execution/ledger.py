@@ -41,10 +41,6 @@ class LedgerRates:
     # while the process was descheduled (a loaded host) does not move them. What a step's
     # breakdown and the fleet's straggler judgement read.
     busy_ratio_median: Mapping[int, float] = field(default_factory=dict)
-    # device ordinal -> busy seconds / sampled seconds over the samples that saw the job step
-    # (marked steps in them, or its dominant program without markers): how busy the devices
-    # are while stepping, not while the job stalls, saves or idles (xmon.goodput.split)
-    stepping_busy_ratio: Mapping[int, float] = field(default_factory=dict)
     collective_ratio_median: Mapping[int, float] = field(default_factory=dict)
     program_names: Mapping[int, str] = field(default_factory=dict)  # where samples name them
 
@@ -64,6 +60,10 @@ class JobLedger:
         # How long the job's samples should record, where they are too short to hold whole
         # periods of its busiest program (no markers, long steps); None: as configured.
         self.sample_seconds_wanted: float | None = None
+        # Over the job's life, the samples taken through its stepping (xmon.goodput.split):
+        # each device's busy seconds in them, and their seconds
+        self._stepping_busy: defaultdict[int, float] = defaultdict(float)
+        self._stepping_seconds = 0.0
 
     def add(self, reading: SampleReading) -> None:
         if reading.steps_marked and not all(r.steps_marked for r in self._samples):
@@ -74,11 +74,23 @@ class JobLedger:
             )
         self._samples.append(reading)
         self._rates = None
+        if stepped_through(reading):
+            for device, seconds in reading.device_busy_seconds.items():
+                self._stepping_busy[device] += seconds
+            self._stepping_seconds += reading.duration_seconds
         wanted = unmarked_sample_seconds(reading)
         if wanted is not None and wanted > (self.sample_seconds_wanted or 0.0):
             self.sample_seconds_wanted = wanted
         if reading.last_started is not None:
             self.last_seen = (reading.last_started, reading.started_at + reading.duration_seconds)
+
+    def stepping_busy_ratio(self) -> dict[int, float]:
+        """Each device's busy share of the job's stepping, over every sample of its life taken
+        through its stepping (:func:`stepped_through`); empty before one."""
+        seconds = self._stepping_seconds
+        if seconds <= 0:
+            return {}
+        return {d: min(1.0, busy / seconds) for d, busy in self._stepping_busy.items()}
 
     def rates(self) -> LedgerRates:
         if self._rates is None:
@@ -143,24 +155,21 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             {d: min(1.0, s / sampled) for d, s in collective.items()} if sampled > 0 else {}
         ),
         busy_ratio_median=_median_ratios(samples, lambda s: s.device_busy_seconds),
-        stepping_busy_ratio=_stepping_busy(samples),
         program_names={p: name for s in samples for p, name in s.program_names.items()},
         collective_ratio_median=_median_ratios(samples, lambda s: s.device_collective_seconds),
     )
 
 
-def _stepping_busy(samples: Sequence[SampleReading]) -> dict[int, float]:
-    stepping = [
-        s for s in samples if (s.steps_in_core if s.steps_marked else s.dominant is not None)
-    ]
-    sampled = sum(s.duration_seconds for s in stepping)
-    if sampled <= 0:
-        return {}
-    busy: defaultdict[int, float] = defaultdict(float)
-    for sample in stepping:
-        for device, seconds in sample.device_busy_seconds.items():
-            busy[device] += seconds
-    return {d: min(1.0, seconds / sampled) for d, seconds in busy.items()}
+STEPPING_CORE_SHARE = 0.7  # of a sample's length its core window spans: it stepped throughout
+
+
+def stepped_through(sample: SampleReading) -> bool:
+    """Whether the job stepped through most of the sample: it saw steps (marked ones, or the
+    dominant program without markers) over a core window of at least ``STEPPING_CORE_SHARE``
+    of its length. A sample that straddles a stall, a save or the end of training counts its
+    idle part as the devices' and says too little of how busy the steps keep them."""
+    stepped = sample.steps_in_core if sample.steps_marked else sample.dominant is not None
+    return bool(stepped) and sample.core_seconds >= STEPPING_CORE_SHARE * sample.duration_seconds
 
 
 def _median_ratios(

@@ -2,11 +2,12 @@
 productive time and time the devices waited for the host, goodput ratios over the life and
 over rolling windows.
 
-Stepping time is split by the time-weighted mean of the device busy ratio the execution ledger
-measured while it grew (the mean over the devices the step uses,
-xmon.execution.rates.step_busy_ratio): each report's new stepping seconds are weighed with the
-busy ratio of the samples current then. Before any reading the seconds are
-``steps_unmeasured``; the first reading then weighs them too, as the best estimate there is.
+Stepping time is split by the devices' busy share of the job's stepping over its whole life:
+the execution ledger's samples taken through its stepping (xmon.execution.ledger
+``stepped_through``), averaged over the devices the step uses
+(xmon.execution.rates.step_busy_ratio). Samples are taken at a steady pace, so over a job's
+life their mean is the time-weighted one. Before any such sample the seconds are
+``steps_unmeasured``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,7 @@ HISTORY_POINTS = 3600 // 10 + 2  # an hour at one point per 10 s, and both ends
 class GoodputSplit:
     """One process's split, fed each report's account (seconds per agent bucket)."""
 
-    weighed_seconds: float = 0.0  # stepping seconds that grew while a busy reading was known
-    busy_seconds: float = 0.0  # of those, weighed by the busy ratio
-    steps_seen: float = 0.0
-    measured: bool = False  # a busy reading has come
+    busy_share: float | None = None  # the latest busy share of stepping (None: not measured)
     _history: deque[tuple[float, float, float]] = field(
         default_factory=lambda: deque(maxlen=HISTORY_POINTS)
     )  # (wall seconds, productive seconds, as_of) thinned to one per 10 s
@@ -44,27 +42,23 @@ class GoodputSplit:
         busy_ratio: float | None,
         steps_marked: bool = True,
     ) -> Goodput:
-        steps = _seconds(agent_seconds, STEPS)
-        # the first reading weighs all stepping so far; later ones what grew since
-        grown = steps - (self.steps_seen if self.measured else 0.0)
-        self.steps_seen = steps
+        """``busy_ratio``: the devices' busy share of the job's stepping so far, or None where
+        no sample has measured it (the last share known is kept)."""
         if busy_ratio is not None and math.isfinite(busy_ratio):
-            self.measured = True
-            if grown > 0:
-                self.weighed_seconds += grown
-                self.busy_seconds += grown * min(1.0, max(0.0, busy_ratio))
+            self.busy_share = min(1.0, max(0.0, busy_ratio))
+        steps = _seconds(agent_seconds, STEPS)
         seconds = {name: _seconds(agent_seconds, name) for name in BUCKETS}
         del seconds[STEPS]
-        if self.measured:
-            share = self.busy_seconds / self.weighed_seconds if self.weighed_seconds else 0.0
+        share = self.busy_share
+        if share is not None:
             seconds["productive"] = steps * share
             seconds["host_wait"] = steps - seconds["productive"]
         else:
             seconds["steps_unmeasured"] = steps
         productive = seconds.get("productive")
-        measured = self.measured
         self._remember(wall_seconds, productive or 0.0, as_of)
         badput = {k: v for k, v in seconds.items() if k != "productive" and v > 0}
+        measured = share is not None
         return Goodput(
             wall_seconds=wall_seconds,
             seconds=tuple((name, seconds.get(name, 0.0)) for name in GOODPUT_BUCKETS),
