@@ -123,3 +123,23 @@ def test_a_span_before_the_process_started_counts_from_its_start() -> None:
     account.add_span("compile", 5.0, 12.0)
     assert nonzero(account.buckets(12.0)) == {"compile": 2.0}
     assert nonzero(account.buckets(9.0)) == {}
+
+
+def test_interval_arithmetic_matches_a_set_of_seconds() -> None:
+    from xmon.goodput.account import _intersect, _subtract
+
+    rng = random.Random(11)
+
+    def intervals() -> tuple[list[tuple[float, float]], set[int]]:
+        spans, covered = Intervals(), set()
+        for _ in range(40):
+            start = rng.randrange(0, 300)
+            end = start + rng.randrange(1, 20)
+            spans.add(start, end)
+            covered.update(range(start, end))
+        return list(zip(spans.starts, spans.ends, strict=True)), covered
+
+    for _ in range(50):
+        (a, sa), (b, sb) = intervals(), intervals()
+        assert sum(e - s for s, e in _subtract(a, b)) == len(sa - sb)
+        assert sum(e - s for s, e in _intersect(a, b)) == len(sa & sb)

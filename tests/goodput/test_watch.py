@@ -105,3 +105,23 @@ def test_listeners_never_raise_into_the_job() -> None:
     watch.on_duration("/jax/orbax/write/total_duration_secs", "not a number")  # type: ignore[arg-type]
     watch.on_duration("/jax/core/compile/backend_compile_duration", float("nan"))
     assert sum(watch.report().seconds.values()) == pytest.approx(5.0)
+
+
+def test_spans_found_after_their_time_was_sealed_take_it_back() -> None:
+    """Each report seals all but the last 30 s: a 60 s stall (found when steps resume) and a
+    45 s compile (reported at its end) still count whole."""
+    clock = Clock()
+    watch, timer = watch_of(clock, started_ago=0.0)
+    stepping(timer, clock, 50, 0.1)
+    watch.report()
+    for _ in range(60):  # no step for a minute, reported every second: idle, then sealed
+        clock.now += 1.0
+        watch.report()
+    stepping(timer, clock, 20, 0.1)
+    assert seconds(watch) == {"steps": 7.0, "stall": 60.0}
+    for _ in range(45):  # a 45 s compile between steps: idle, then sealed, until reported
+        clock.now += 1.0
+        watch.report()
+    watch.on_duration("/jax/core/compile/backend_compile_duration", 45.0)
+    got = seconds(watch)
+    assert got == {"steps": 7.0, "stall": 60.0, "compile": 45.0}

@@ -20,6 +20,7 @@ from xmon.goodput.account import (
     CHECKPOINT_RESTORE,
     CHECKPOINT_SAVE,
     COMPILE,
+    SEAL_LAG_SECONDS,
     STALL,
     Account,
     Stepping,
@@ -120,6 +121,7 @@ class GoodputWatch:
         with self._lock:
             stepping = self._read_steps(now)
             self.account.stepping = stepping
+            self.account.seal(now - SEAL_LAG_SECONDS)
             buckets = self.account.buckets(now)
         account = xmon_pb2.GoodputAccount(
             process_started_at=self.account.process_start + self._offset,
@@ -144,11 +146,8 @@ class GoodputWatch:
         begins = begins[len(begins) - min(fresh, len(begins)) :]
         self._begun_seen = begun
         median = statistics.median(self._periods) if self._periods else None
-        for begin in begins:
-            if self._last_begin is not None:
-                self._fold_period(self._last_begin, begin, median)
-            self._last_begin = begin
-        del self._periods[:-RECENT_PERIODS]
+        if begins:
+            self._fold_periods(begins, median)
         median = statistics.median(self._periods) if self._periods else None
         open_for = timer.open_step_seconds()
         if open_for is not None and open_for > stall_threshold(median):
@@ -164,9 +163,21 @@ class GoodputWatch:
             median_period=median,
         )
 
-    def _fold_period(self, begin: float, next_begin: float, median: float | None) -> None:
-        period = next_begin - begin
-        if median is not None and period > stall_threshold(median):
-            self.account.add_span(STALL, begin + median, next_begin)
-            return  # a stall is not a step period: the median stays the steps'
-        self._periods.append(period)
+    def _fold_periods(self, begins: list[float], median: float | None) -> None:
+        """The periods ending at ``begins``: each past the stall threshold is a stall beyond
+        the median; the others are the steps' (the last ``RECENT_PERIODS`` kept). Thousands of
+        steps a second are folded in C-speed list work; only stalls take a Python loop."""
+        starts = [self._last_begin, *begins] if self._last_begin is not None else begins
+        self._last_begin = begins[-1]
+        periods = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        if not periods:
+            return
+        threshold = stall_threshold(median) if median is not None else None
+        if threshold is not None and max(periods) > threshold:
+            assert median is not None
+            for begin, period in zip(starts, periods, strict=False):
+                if period > threshold:
+                    self.account.add_span(STALL, begin + median, begin + period)
+            periods = [p for p in periods if p <= threshold]  # a stall is not a step period
+        self._periods.extend(periods[-RECENT_PERIODS:])
+        del self._periods[:-RECENT_PERIODS]

@@ -49,6 +49,7 @@ BUCKETS = (STARTUP, COMPILE, STEPS, CHECKPOINT_SAVE, CHECKPOINT_RESTORE, STALL, 
 STALL_FACTOR = 10.0
 STALL_MIN_SECONDS = 2.0
 MAX_INTERVALS = 4096  # per kind; older intervals are sealed into totals
+SEAL_LAG_SECONDS = 30.0  # each report folds the account up to this long ago into totals
 
 
 def stall_threshold(median_period: float | None) -> float:
@@ -95,19 +96,25 @@ class Intervals:
 
 
 def _subtract(
-    pieces: list[tuple[float, float]], holes: Iterable[tuple[float, float]]
+    pieces: list[tuple[float, float]], holes: list[tuple[float, float]]
 ) -> list[tuple[float, float]]:
-    """``pieces`` less ``holes`` (both sorted and disjoint)."""
+    """``pieces`` less ``holes`` (both sorted and disjoint), in one pass over both."""
     out: list[tuple[float, float]] = []
-    hole_list = list(holes)
+    h = 0
     for start, end in pieces:
         cursor = start
-        for h_start, h_end in hole_list:
-            if h_end <= cursor or h_start >= end:
-                continue
+        while h < len(holes) and holes[h][1] <= cursor:
+            h += 1  # holes wholly before this piece
+        k = h
+        while k < len(holes) and holes[k][0] < end:
+            h_start, h_end = holes[k]
             if h_start > cursor:
                 out.append((cursor, h_start))
             cursor = max(cursor, h_end)
+            if h_end > end:
+                break  # this hole reaches into the next piece too
+            k += 1
+        h = k
         if cursor < end:
             out.append((cursor, end))
     return out
@@ -141,16 +148,45 @@ class Account:
             self._spans[UNATTRIBUTED].add(process_start, unattributed_until)
         self._sealed_at = process_start
         self._sealed: dict[str, float] = dict.fromkeys(BUCKETS, 0.0)
+        self._sealed_idle = Intervals()  # where the sealed history was idle (rare, merged)
         self.stepping = Stepping()  # the step clock's latest state (the watcher sets it)
 
     def add_span(self, kind: str, start: float, end: float) -> None:
-        """A span of ``kind`` (one of ``PRIORITY``); the part before the sealed history is
-        dropped (it was already counted under another bucket)."""
-        start = max(start, self._sealed_at, self.process_start)
+        """A span of ``kind`` (one of ``PRIORITY``). A part before the sealed history (a long
+        compile reported at its end) is moved into ``kind`` from the bucket the history gave
+        that time without spans: start-up before the first step, stepping after it."""
+        start = max(start, self.process_start)
+        if start < self._sealed_at:
+            self._move_sealed(kind, start, min(end, self._sealed_at))
+            start = self._sealed_at
         spans = self._spans[kind]
         spans.add(start, end)
         if len(spans) > MAX_INTERVALS:
             self._seal(spans.ends[len(spans) // 2])
+
+    def seal(self, time: float) -> None:
+        """Fold the account up to ``time`` into totals (each report seals all but the last
+        ``SEAL_LAG_SECONDS``): the spans kept, and the work of each account, stay small."""
+        if time > self._sealed_at:
+            self._seal(time)
+
+    def _move_sealed(self, kind: str, start: float, end: float) -> None:
+        """Move [start, end) of the sealed history to ``kind``: from idle where it was idle
+        then (a stall found when steps resumed), from start-up before the first step, else
+        from stepping (a long compile reported at its end)."""
+        idle = self._sealed_idle
+        pieces = list(zip(idle.starts, idle.ends, strict=True))
+        was_idle = _length(_intersect(pieces, [(start, end)]))
+        if was_idle:
+            left = _subtract(pieces, [(start, end)])
+            idle.starts, idle.ends = [a for a, _ in left], [b for _, b in left]
+        first = self.stepping.first
+        before = max(0.0, min(end, first) - start) if first is not None else end - start
+        rest = max(0.0, end - start - before - was_idle)
+        for bucket, seconds in ((IDLE, was_idle), (STARTUP, before), (STEPS, rest)):
+            moved = min(seconds, self._sealed[bucket])
+            self._sealed[bucket] -= moved
+            self._sealed[kind] += moved
 
     def buckets(self, now: float) -> dict[str, float]:
         """Seconds per bucket from the process's start to ``now``; they sum to the wall time."""
@@ -165,6 +201,8 @@ class Account:
         sealed = _classify(self._spans, self._sealed_at, time, self.stepping)
         for kind, seconds in sealed.items():
             self._sealed[kind] += seconds
+        idle_start, idle_end = _phases(self._sealed_at, time, self.stepping).get(IDLE, (0, 0))
+        self._sealed_idle.add(idle_start, idle_end)
         self._sealed_at = time
         for spans in self._spans.values():
             spans.drop_before(time)
