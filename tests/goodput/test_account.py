@@ -32,14 +32,21 @@ def test_intervals_merge_what_they_touch_and_clip() -> None:
     assert list(zip(spans.starts, spans.ends, strict=True)) == [(3, 6), (10, 11)]
 
 
-def test_intervals_match_a_set_of_seconds_on_random_spans() -> None:
-    rng = random.Random(7)
+def random_intervals(
+    rng: random.Random, count: int, span: int, longest: int
+) -> tuple[Intervals, set[int]]:
+    """``count`` random spans added one by one, and the whole seconds they cover."""
     spans, covered = Intervals(), set()
-    for _ in range(300):
-        start = rng.randrange(0, 1000)
-        end = start + rng.randrange(0, 30)
+    for _ in range(count):
+        start = rng.randrange(0, span)
+        end = start + rng.randrange(0, longest)
         spans.add(start, end)
         covered.update(range(start, end))
+    return spans, covered
+
+
+def test_intervals_match_a_set_of_seconds_on_random_spans() -> None:
+    spans, covered = random_intervals(random.Random(7), 300, 1000, 30)
     assert sum(e - s for s, e in zip(spans.starts, spans.ends, strict=True)) == len(covered)
     assert all(a < b for a, b in zip(spans.ends, spans.starts[1:], strict=False))
 
@@ -131,12 +138,7 @@ def test_interval_arithmetic_matches_a_set_of_seconds() -> None:
     rng = random.Random(11)
 
     def intervals() -> tuple[list[tuple[float, float]], set[int]]:
-        spans, covered = Intervals(), set()
-        for _ in range(40):
-            start = rng.randrange(0, 300)
-            end = start + rng.randrange(1, 20)
-            spans.add(start, end)
-            covered.update(range(start, end))
+        spans, covered = random_intervals(rng, 40, 300, 20)
         return list(zip(spans.starts, spans.ends, strict=True)), covered
 
     for _ in range(50):
