@@ -125,3 +125,19 @@ def test_spans_found_after_their_time_was_sealed_take_it_back() -> None:
     watch.on_duration("/jax/core/compile/backend_compile_duration", 45.0)
     got = seconds(watch)
     assert got == {"steps": 7.0, "stall": 60.0, "compile": 45.0}
+
+
+def test_more_begins_than_the_timer_keeps_between_two_reports() -> None:
+    """Past MAX_PENDING_STEPS begins between reports the oldest are gone: the periods across
+    the gap are not folded (no stall made of it), the rest are, and nothing is lost."""
+    from xmon.agent.steps import MAX_PENDING_STEPS
+
+    clock = Clock()
+    watch, timer = watch_of(clock, started_ago=0.0)
+    stepping(timer, clock, 10, 0.001)
+    watch.report()
+    stepping(timer, clock, MAX_PENDING_STEPS + 500, 0.001)
+    begun, fresh, whole = timer.begins_since(10)
+    assert (begun, len(fresh), whole) == (MAX_PENDING_STEPS + 510, MAX_PENDING_STEPS, False)
+    got = seconds(watch)
+    assert got == {"steps": pytest.approx(0.001 * (MAX_PENDING_STEPS + 510))}

@@ -139,11 +139,9 @@ class GoodputWatch:
         """Fold the step begins since the last report: each period past the stall threshold
         adds a stall span beyond the median; so does an open step that has run past it."""
         timer = self._timer
-        begun, begins = timer.begins()
-        fresh = begun - self._begun_seen
-        if fresh > len(begins):  # more began than the timer's window holds: a gap in view
+        begun, begins, whole = timer.begins_since(self._begun_seen)
+        if not whole:  # more began than the timer's window holds: a gap in view
             self._last_begin = None
-        begins = begins[len(begins) - min(fresh, len(begins)) :]
         self._begun_seen = begun
         median = statistics.median(self._periods) if self._periods else None
         if begins:

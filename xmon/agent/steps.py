@@ -19,6 +19,7 @@ the last open step ends: memory readings are taken there, never mid-step.
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 import time
 from collections import deque
@@ -65,11 +66,17 @@ class StepTimer:
                 return self.steps_total, 0.0
             return self.steps_total, self._last_end - self._first_start
 
-    def begins(self) -> tuple[int, list[float]]:
-        """Steps begun so far and the clock readings of the latest begins (at most
-        ``MAX_PENDING_STEPS``), read together: the newest reading is the ``steps_begun``-th."""
+    def begins_since(self, seen: int) -> tuple[int, list[float], bool]:
+        """Steps begun so far, the clock readings of the begins after the ``seen``-th (oldest
+        first), and whether all of them are there (the timer keeps the latest
+        ``MAX_PENDING_STEPS``), read together. Costs what the new begins are, not the window."""
         with self._lock:
-            return self.steps_begun, list(self.begin_times)
+            begun, times = self.steps_begun, self.begin_times
+            fresh = max(0, begun - seen)
+            kept = min(fresh, len(times))
+            newest = list(itertools.islice(reversed(times), kept))
+        newest.reverse()
+        return begun, newest, kept == fresh
 
     def first_begin(self) -> float | None:
         """Clock reading of the first step's begin (None before one)."""
