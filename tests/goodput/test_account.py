@@ -64,7 +64,7 @@ def test_a_marked_job_s_timeline() -> None:
     account.add_span("compile", 5.0, 7.0)
     account.add_span("checkpoint_save", 20.0, 23.0)
     account.add_span("stall", 40.1, 50.0)  # the watcher's span: the period beyond the median
-    account.stepping = Stepping(first=5.0, marked=True, last_begin=59.9, last_end=60.0,
+    account.stepping = Stepping(first=5.0, marked=True, last_end=60.0,
                                 median_period=0.1)  # fmt: skip
     buckets = account.buckets(90.0)
     assert nonzero(buckets) == {"startup": 5.0, "compile": 2.0, "checkpoint_save": 3.0,
@@ -75,14 +75,14 @@ def test_a_marked_job_s_timeline() -> None:
 
 def test_the_tail_is_steps_until_it_passes_the_stall_threshold() -> None:
     account = Account(process_start=0.0)
-    account.stepping = Stepping(first=1.0, marked=True, last_begin=9.9, last_end=10.0,
+    account.stepping = Stepping(first=1.0, marked=True, last_end=10.0,
                                 median_period=0.1)  # fmt: skip
     threshold = stall_threshold(0.1)
     assert threshold == 2.0  # never below 2 s
     assert nonzero(account.buckets(10.0 + threshold)) == {"startup": 1.0, "steps": 11.0}
     assert nonzero(account.buckets(15.0)) == {"startup": 1.0, "steps": 9.0, "idle": 5.0}
     # a step open for long is not idle: the watcher adds its stall
-    account.stepping = Stepping(first=1.0, marked=True, last_begin=10.0, last_end=10.0,
+    account.stepping = Stepping(first=1.0, marked=True, last_end=10.0,
                                 open_since=10.0, median_period=0.1)  # fmt: skip
     assert nonzero(account.buckets(15.0)) == {"startup": 1.0, "steps": 14.0}
 

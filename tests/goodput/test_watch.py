@@ -141,3 +141,12 @@ def test_more_begins_than_the_timer_keeps_between_two_reports() -> None:
     assert (begun, len(fresh), whole) == (MAX_PENDING_STEPS + 510, MAX_PENDING_STEPS, False)
     got = seconds(watch)
     assert got == {"steps": pytest.approx(0.001 * (MAX_PENDING_STEPS + 510))}
+
+
+def test_the_api_checks_what_it_is_given_with_or_without_an_agent() -> None:
+    import xmon
+
+    with pytest.raises(ValueError, match="'save' or 'restore', got 'load'"):
+        xmon.checkpointing("load")
+    with xmon.checkpointing("restore"):  # no agent attached: a no-op
+        pass

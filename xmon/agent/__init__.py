@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from xmon.agent.core import Agent
+from xmon.agent.goodput import span_kind
 from xmon.agent.sampler import config_from
 from xmon.execution.rates import flops_per_token
 
@@ -161,8 +162,7 @@ def checkpointing(what: str = "save") -> AbstractContextManager[None]:
     """Mark the time the job's thread spends saving (``"save"``) or restoring (``"restore"``) a
     checkpoint written by other means than Orbax (Orbax's own durations are read from
     jax.monitoring). A no-op without an attached agent, after checking ``what``."""
-    if what not in ("save", "restore"):
-        raise ValueError(f"xmon.checkpointing: what must be 'save' or 'restore', got {what!r}")
+    span_kind(what)  # checked with or without an agent
     agent = _agent
     return agent.goodput.span(what) if agent is not None else _NoStep()
 

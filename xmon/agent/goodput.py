@@ -49,6 +49,16 @@ CHECKPOINT_EVENTS = {
     "/jax/orbax/read/async/blocking_duration_secs": CHECKPOINT_RESTORE,
 }
 SPAN_KINDS = {"save": CHECKPOINT_SAVE, "restore": CHECKPOINT_RESTORE}
+
+
+def span_kind(what: str) -> str:
+    """The bucket of ``xmon.checkpointing(what)``; ValueError for anything but save/restore."""
+    kind = SPAN_KINDS.get(what)
+    if kind is None:
+        raise ValueError(f"xmon.checkpointing: what must be 'save' or 'restore', got {what!r}")
+    return kind
+
+
 RECENT_PERIODS = 65  # the step periods the median comes from
 
 
@@ -105,9 +115,7 @@ class GoodputWatch:
     @contextmanager
     def span(self, what: str) -> Iterator[None]:
         """``with xmon.checkpointing("save"):`` around a checkpoint written by other means."""
-        kind = SPAN_KINDS.get(what)
-        if kind is None:
-            raise ValueError(f"xmon.checkpointing: what must be 'save' or 'restore', got {what!r}")
+        kind = span_kind(what)
         start = self._clock()
         try:
             yield
@@ -155,7 +163,6 @@ class GoodputWatch:
         return Stepping(
             first=first,
             marked=timer.marked,
-            last_begin=self._last_begin,
             last_end=last_end,
             open_since=None if open_for is None else now - open_for,
             median_period=median,

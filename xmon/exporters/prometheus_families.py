@@ -18,7 +18,8 @@ from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Sna
 from .prometheus_builder import FamilyBuilder, Number
 from .prometheus_execution import add_ledger_series, add_step_series
 from .prometheus_findings import add_finding_series, add_host_finding_series
-from .prometheus_fleet import add_fleet_series, add_goodput_series
+from .prometheus_fleet import add_fleet_series
+from .prometheus_goodput import add_goodput_series
 from .prometheus_gpu import add_gpu_series
 from .prometheus_profiling import add_profiling_series
 from .prometheus_programs import ProgramSeriesCache, add_program_series

@@ -37,15 +37,3 @@ def add_fleet_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
         b.add("xmon_job_step_host_seconds", key, split.host_seconds)
         b.add("xmon_job_step_device_compute_seconds", key, split.compute_seconds)
         b.add("xmon_job_step_device_collective_seconds", key, split.collective_seconds)
-
-
-def add_goodput_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
-    goodput = job.goodput
-    if goodput is None:
-        return
-    for bucket, seconds in goodput.seconds:
-        b.add("xmon_job_wall_seconds", (*key, bucket), seconds)
-    for window, ratio in (("life", goodput.ratio), ("5m", goodput.ratio_5m),
-                          ("1h", goodput.ratio_1h)):  # fmt: skip
-        b.add("xmon_job_goodput_ratio", (*key, window), ratio)
-    b.add("xmon_job_restart_lost_seconds", key, goodput.restart_seconds)

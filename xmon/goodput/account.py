@@ -128,11 +128,10 @@ def _length(pieces: Iterable[tuple[float, float]]) -> float:
 class Stepping:
     """What the step clock says: the first step's begin (the first compile's start for a job
     that marks no steps), whether steps are marked, and the trailing state: the last step's
-    begin and end, whether a step is open, and the median period."""
+    end, whether a step is open, and the median period."""
 
     first: float | None = None
     marked: bool = False
-    last_begin: float | None = None
     last_end: float | None = None
     open_since: float | None = None
     median_period: float | None = None

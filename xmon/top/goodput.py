@@ -36,20 +36,20 @@ def goodput_ratio(job: Job) -> float | None:
     return job.goodput.ratio if job.goodput is not None else None
 
 
-def lost_to(job: Job) -> str:
-    """The biggest badput bucket and its share of the wall time: ``compile 18%``."""
-    goodput = job.goodput
-    if goodput is None or goodput.biggest_badput is None or goodput.wall_seconds <= 0:
-        return fmt.NA_TEXT
-    share = goodput.bucket(goodput.biggest_badput) / goodput.wall_seconds
-    return f"{goodput.biggest_badput} {fmt.percent(share)}"
-
-
 def lost_share(job: Job) -> float | None:
+    """The biggest badput bucket's share of the wall time (None without an account)."""
     goodput = job.goodput
     if goodput is None or goodput.biggest_badput is None or goodput.wall_seconds <= 0:
         return None
     return goodput.bucket(goodput.biggest_badput) / goodput.wall_seconds
+
+
+def lost_to(job: Job) -> str:
+    """The biggest badput bucket and its share of the wall time: ``compile 18%``."""
+    share = lost_share(job)
+    if share is None or job.goodput is None:
+        return fmt.NA_TEXT
+    return f"{job.goodput.biggest_badput} {fmt.percent(share)}"
 
 
 def bar(seconds: Sequence[tuple[str, float]], width: int = BAR_WIDTH) -> Text:
