@@ -561,6 +561,11 @@ def test_the_busy_share_of_stepping_counts_the_samples_that_stepped_throughout()
     ledger.add(replace(stepped_reading(3, 3.0), core_seconds=0.33, device_busy_seconds={0: 0.2}))
     assert ledger.stepping_busy_ratio() == {0: pytest.approx(0.5)}
     assert JobLedger().stepping_busy_ratio() == {}
+    # a job's initialisation, sampled before its first marked step, is not its steps
+    marked_later = JobLedger()
+    marked_later.add(unmarked_reading(3, 50, 0.95))
+    marked_later.add(replace(stepped_reading(10, 10.0), device_busy_seconds={0: 0.4}))
+    assert marked_later.stepping_busy_ratio() == {0: pytest.approx(0.4)}
     unmarked = JobLedger()
     unmarked.add(unmarked_reading(7, 8, 0.8))
     unmarked.add(unmarked_reading(7, 8, 0.6))

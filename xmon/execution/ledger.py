@@ -64,6 +64,7 @@ class JobLedger:
         # each device's busy seconds in them, and their seconds
         self._stepping_busy: defaultdict[int, float] = defaultdict(float)
         self._stepping_seconds = 0.0
+        self._stepping_marked = False  # those samples saw marked steps
 
     def add(self, reading: SampleReading) -> None:
         if reading.steps_marked and not all(r.steps_marked for r in self._samples):
@@ -74,6 +75,12 @@ class JobLedger:
             )
         self._samples.append(reading)
         self._rates = None
+        if reading.steps_marked and not self._stepping_marked:
+            # as the window above: the programs run before the first marked step (initialising,
+            # warming up) are not the steps, whose busy share this is
+            self._stepping_busy.clear()
+            self._stepping_seconds = 0.0
+            self._stepping_marked = True
         if stepped_through(reading):
             for device, seconds in reading.device_busy_seconds.items():
                 self._stepping_busy[device] += seconds
