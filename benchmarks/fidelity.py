@@ -68,9 +68,9 @@ def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
     from test_execution import PEAK, SAMPLES, UNMARKED, own_rate, run_case, run_unmarked
 
     rows: list[Row] = []
-    cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "scan_layers",
-                                   "transformer", "slow_0.3", "slow_2", "slow_10",
-                                   "recompile"]  # fmt: skip
+    cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "eval_10",
+                                   "scan_layers", "transformer", "slow_0.3", "slow_2",
+                                   "slow_10", "recompile"]  # fmt: skip
     for case in cases:
         (workdir / case).mkdir()
         ten = case == "slow_10"  # samples 20 s apart: two of them, over 4 steps

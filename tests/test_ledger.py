@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -12,13 +13,16 @@ import pytest
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution import rates
 from xmon.execution.ledger import (
+    RARER_PERIODS_WANTED,
+    RARER_SAMPLE_BYTES,
+    RARER_SAMPLE_MAX_SECONDS,
     JobLedger,
     ledger_rates,
     nearest_whole,
     per_step_ratio,
     unmarked_sample_seconds,
 )
-from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample
+from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample, rarer_periods
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.proto import xplane_pb2 as xp
@@ -238,7 +242,42 @@ def test_rates_sum_counts_over_windows_and_bound_the_window() -> None:
     assert now.samples == 2
     assert now.executions_per_second[7] == pytest.approx(50.0)
     assert now.executions_per_step[7] == pytest.approx(1.0)
-    assert now.executions_per_step[9] == pytest.approx((5 + 2) / (9 + 4))
+    # program 9 runs every other step: the dominant program's windows (9 and 4 periods) hold
+    # 5 and 2 of its runs, 7/13 a step; its own whole periods hold the truth
+    assert now.executions_per_step[9] == pytest.approx(0.5)
+    assert now.executions_per_second[9] == pytest.approx(25.0)
+
+
+def test_a_rarer_program_counts_over_its_own_whole_periods() -> None:
+    # The step's program 7 starts every 10 ms; an eval (program 9) every 4th step from the 2nd
+    # on: between its first and last start, 3 evals and 12 steps, where the window from the
+    # first to the last step (13 periods) holds 4 evals
+    starts = {7: [i * 10 for i in range(14)], 9: [i * 10 + 5 for i in range(1, 14, 4)]}
+    assert rarer_periods(starts, 7) == {9: (3, 12)}
+    # as frequent as the dominant one or more (micro-steps), or started once: not here
+    micro = {7: [0, 40, 80], 8: [i * 10 + 5 for i in range(9)], 9: [55]}
+    assert rarer_periods(micro, 7) == {}
+    assert rarer_periods(starts, None) == {}
+
+
+def test_rarer_programs_pool_their_periods_and_keep_counts_without_them() -> None:
+    # eval every 10 steps over samples of 25 steps: a window holding 3 evals, one holding 2
+    ledger = JobLedger()
+    for evals_at in ([0, 10, 20], [5, 15]):
+        space = periodic_space(20.0, 25, offset_ms=3.0)
+        line = space.planes[0].lines[0]
+        for k, step in enumerate(evals_at):
+            cpu_op(line, 11, 50_000 + k + 10 * len(evals_at), 0, 3.0 + step * 20.0 + 9.0, 0.5)
+        ledger.add(parse(space, duration=0.52))
+    rates = ledger.rates()
+    assert rates.executions_per_step[7] == pytest.approx(1.0)
+    assert rates.executions_per_step[11] == pytest.approx(0.1)
+    # a program seen once per sample has no whole period: counted in the dominant's windows
+    once = periodic_space(20.0, 25)
+    cpu_op(once.planes[0].lines[0], 12, 90_000, 0, 3.0 + 7 * 20.0 + 9.0, 0.5)
+    alone = JobLedger()
+    alone.add(parse(once, duration=0.52))
+    assert alone.rates().executions_per_step[12] == pytest.approx(1 / 24)
 
 
 def test_samples_from_before_the_first_marked_step_leave_the_window() -> None:
@@ -274,7 +313,7 @@ def test_work_per_step_counts_every_program_as_often_as_it_ran() -> None:
     assert step.executions_per_second == pytest.approx(40.0)  # markers' rate, not the sample's
     assert idle.executions_per_step == 0.0
     work = rates.executed_work([step, every_other, idle])
-    assert work.flops_per_step == pytest.approx(2e9 + 1e8 * 5 / 9)
+    assert work.flops_per_step == pytest.approx(2e9 + 1e8 * 0.5)  # every other step, exactly
     assert not work.lower_bound
     assert rates.step_program([step, every_other, idle]) is step
 
@@ -525,7 +564,7 @@ def test_samples_from_before_the_first_marked_step_count_no_steps() -> None:
     stepping = parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True)
     per_step = ledger_rates([start_up, stepping]).executions_per_step
     # what ran at start-up is not part of a step (program 9 ran 20 times there)
-    assert per_step == {7: pytest.approx(1.0), 9: pytest.approx(5 / 9)}
+    assert per_step == {7: pytest.approx(1.0), 9: pytest.approx(0.5)}
 
 
 def test_a_job_without_markers_is_asked_for_samples_that_hold_whole_periods() -> None:
@@ -570,3 +609,68 @@ def test_the_busy_share_of_stepping_counts_the_samples_that_stepped_throughout()
     unmarked.add(unmarked_reading(7, 8, 0.8))
     unmarked.add(unmarked_reading(7, 8, 0.6))
     assert unmarked.stepping_busy_ratio() == {0: pytest.approx(0.7)}
+
+
+def _with_eval(evals_at: Sequence[int], steps: int = 10, eval_ms: float = 10.0) -> SampleReading:
+    """``periodic_space`` with program 11 (an eval) after the given steps."""
+    space = periodic_space(20.0, steps)
+    for k, step in enumerate(evals_at):
+        cpu_op(space.planes[0].lines[0], 11, 70_000 + k, 0, 3.0 + step * 20.0 + 9.0, eval_ms)
+    return parse(space, duration=0.2)
+
+
+def test_a_program_too_rare_for_two_runs_a_sample_asks_for_longer_samples() -> None:
+    ledger = JobLedger()
+    ledger.add(_with_eval([]))
+    ledger.add(_with_eval([4]))
+    # one eval in 18 periods of 20 ms (two samples' core windows): a period of 0.36 s, and
+    # samples of 2.5 periods hold two of its starts
+    assert ledger.sample_seconds_wanted == pytest.approx(RARER_PERIODS_WANTED * 0.36)
+    # one eval in six samples: 2.5 periods of 1.08 s
+    rare = JobLedger()
+    rare.add(_with_eval([4]))
+    for _ in range(5):
+        rare.add(_with_eval([]))
+    assert rare.sample_seconds_wanted == pytest.approx(RARER_PERIODS_WANTED * 1.08)
+    # at most RARER_SAMPLE_MAX_SECONDS, and no longer than the job's samples take to reach
+    # RARER_SAMPLE_BYTES: past them, samples near their bounds
+    rarest = JobLedger()
+    rarest.add(replace(_with_eval([4]), core_seconds=10.0))  # one eval in 10 s
+    assert rarest.sample_seconds_wanted == RARER_SAMPLE_MAX_SECONDS
+    dense = JobLedger()
+    for evals in ([4], []):
+        dense.add(replace(_with_eval(evals), recorded_bytes=RARER_SAMPLE_BYTES // 2))
+    assert dense.sample_seconds_wanted == pytest.approx(0.4)  # 2 MiB at 1/2 of it per 0.2 s
+    # a program whose device time is too small to move the step's work is not waited for
+    tiny = JobLedger()
+    tiny.add(_with_eval([4], eval_ms=0.01))
+    assert tiny.sample_seconds_wanted is None
+    # long steps: every program runs once a sample, none rarer than the step's
+    long_steps = JobLedger()
+    for _ in range(2):  # 300 ms steps of program 7 and 11 (as in the test of long steps)
+        space = xp.XSpace(planes=[host_plane()])
+        line = space.planes[0].lines.add(name="tf_XLAPjRtCpuClient/1")
+        for i, start in enumerate((4.5, 304.5)):
+            cpu_op(line, 7, 100 + i, 0, start, 150.0)
+            cpu_op(line, 11, 200 + i, 0, start + 160.0, 100.0)
+        anchored(space, at_ms=2.0)
+        long_steps.add(parse(space, 0.5, step_begins=[0.002, 0.302], steps_marked=True,
+                             anchor_seconds=0.0005))  # fmt: skip
+    assert long_steps.rates().executions_per_step == {7: 1.0, 11: 1.0}
+    assert long_steps.sample_seconds_wanted is None
+    # samples holding two of its runs count it over its own periods: nothing to ask
+    held = JobLedger()
+    held.add(_with_eval([1, 6]))
+    assert held.sample_seconds_wanted is None
+    assert held.rates().executions_per_step[11] == pytest.approx(0.2)
+
+
+def test_a_length_asked_before_the_first_marked_step_is_taken_back() -> None:
+    # Start-up without markers: one start of its busiest program in a 0.2 s sample asks for
+    # four times as long
+    ledger = JobLedger()
+    ledger.add(parse(periodic_space(20.0, 1), duration=0.2))
+    assert ledger.sample_seconds_wanted == pytest.approx(0.8)
+    begins = [0.0005 + 0.020 * i for i in range(10)]
+    ledger.add(parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True))
+    assert ledger.sample_seconds_wanted == 0.0  # as configured: marked samples hold whole steps

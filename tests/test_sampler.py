@@ -188,23 +188,44 @@ def test_the_ledger_can_be_turned_off() -> None:
     assert LedgerConfig.from_env({}) == LedgerConfig()
 
 
-def test_the_daemons_ask_for_longer_samples_of_a_job_without_markers() -> None:
+def test_the_daemons_ask_for_longer_samples() -> None:
     ledger, _ = sampler()
     ledger.ask_length(7.0)
-    assert ledger.unmarked_seconds == 7.0
-    for wrong in (float("nan"), float("inf"), -1.0, 0.0):
+    assert ledger.asked_seconds == 7.0
+    for wrong in (float("nan"), float("inf"), -1.0):
         ledger.ask_length(wrong)
-        assert ledger.unmarked_seconds == 7.0
+        assert ledger.asked_seconds == 7.0
+    ledger.ask_length(0.0)  # as configured again (a job that began to mark steps)
+    assert ledger.asked_seconds == 0.2
+    ledger.ask_length(7.0)
     ledger.ask_length(0.01)  # never shorter than configured
-    assert ledger.unmarked_seconds == 0.2
+    assert ledger.asked_seconds == 0.2
     ledger.ask_length(1e9)  # never longer than the longest sample
-    assert ledger.unmarked_seconds == MAX_SAMPLE_SECONDS
+    assert ledger.asked_seconds == MAX_SAMPLE_SECONDS
     # The agent's command runner hands the ask over and sends no result for it.
     replies: list[xmon_pb2.CommandResult] = []
     runner = CommandRunner(replies.append)
     runner.sample_length_listener = ledger.ask_length
     runner.submit(xmon_pb2.DaemonCommand(sample_length=xmon_pb2.SampleLength(seconds=3.5)))
-    assert ledger.unmarked_seconds == 3.5 and replies == []
+    assert ledger.asked_seconds == 3.5 and replies == []
+
+
+def test_a_marked_sample_records_as_long_as_the_daemon_asked() -> None:
+    # The daemon asks for longer samples of a job with a program too rare for two of its runs
+    # in a 0.2 s sample (xmon.execution.ledger.rarer_sample_seconds)
+    timer = StepTimer()
+    stop = threading.Event()
+    thread = stepping_thread(stop, timer, 0.005)
+    ledger, sent = sampler(begins=lambda: timer.begin_times)
+    ledger.ask_length(0.6)
+    try:
+        wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
+        assert ledger.sample_once()
+    finally:
+        stop.set()
+        thread.join()
+    (sample,) = sent
+    assert sample.steps_marked and 0.6 <= sample.duration_seconds < 5
 
 
 def test_the_next_sample_s_time_is_known_while_the_sampler_waits() -> None:

@@ -171,22 +171,24 @@ def accumulate() -> Job:
     return Job(step, flops, analytic)
 
 
-def evaluate() -> Job:
+def evaluate(every: int = EVAL_EVERY) -> Job:
+    """A train step, and an eval (twice its work) every ``every`` steps: at 10, a sample
+    holds a few evals, and a window cut at arbitrary times would count one more or less."""
     x, w = _data()
     train = jax.jit(_layer)
     # No reduction over the batch shards: an all-reduce can stall XLA's CPU collectives when a
     # host has fewer cores than virtual devices.
     check = jax.jit(lambda w, x: _layer(w, _layer(w, x)))
     flops = all_device_flops(train.lower(w, x).compile())
-    flops += all_device_flops(check.lower(w, x).compile()) / EVAL_EVERY
+    flops += all_device_flops(check.lower(w, x).compile()) / every
     state = {"x": x}
 
     def step(i: int) -> None:
         state["x"] = train(w, state["x"])
-        if i % EVAL_EVERY == 0:
+        if i % every == 0:
             check(w, state["x"])
 
-    analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH) * (1 + 2 / EVAL_EVERY)
+    analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH) * (1 + 2 / every)
     return Job(step, flops, analytic)
 
 
@@ -309,6 +311,8 @@ def main(case: str, out: Path) -> None:
         job = accumulate()
     elif case == "eval":
         job = evaluate()
+    elif case.startswith("eval_"):
+        job = evaluate(int(case.split("_")[1]))
     elif case == "scan_layers":
         job = scan_layers()
     elif case == "host_bound":

@@ -139,15 +139,18 @@ class ExecutionSampler:
         self.next_sample_at: float | None = None  # wall clock of the next sample, while waiting
         self._start_cost = 0.1  # seconds the latest session took to start recording
         self._not_stepping = False  # the latest try found a marked job not stepping
-        # What a job without markers records: longer where the daemon asks (ask_length)
-        self.unmarked_seconds = config.duration
+        # What a sample records at least: longer where the daemon asks (ask_length)
+        self.asked_seconds = config.duration
 
     def ask_length(self, seconds: float) -> None:
-        """The daemon's ask for longer samples of a job without markers (its samples held too
-        few starts of its busiest program): taken within the configured duration and
-        MAX_SAMPLE_SECONDS; anything else is ignored."""
-        if math.isfinite(seconds) and seconds > 0:
-            self.unmarked_seconds = min(MAX_SAMPLE_SECONDS, max(self.config.duration, seconds))
+        """The daemon's ask for longer samples: of a job without markers (its samples held
+        too few starts of its busiest program), or of any job running a program too rare for
+        two of its runs in a sample. Taken within the configured duration and
+        MAX_SAMPLE_SECONDS; 0 restores the configured duration; anything else is ignored."""
+        if seconds == 0:
+            self.asked_seconds = self.config.duration
+        elif math.isfinite(seconds) and seconds > 0:
+            self.asked_seconds = min(MAX_SAMPLE_SECONDS, max(self.config.duration, seconds))
 
     def start(self) -> None:
         if not self.config.enabled:
@@ -248,7 +251,7 @@ class ExecutionSampler:
         if marked:
             self._record_whole_steps(running)
         else:
-            self._stop.wait(self.unmarked_seconds)
+            self._stop.wait(self.asked_seconds)
         stopping = time.perf_counter()
         data = session.stop()  # collects what was recorded until now
         self.busy_seconds += (running - opened) + (time.perf_counter() - stopping)
@@ -270,12 +273,14 @@ class ExecutionSampler:
         return sample
 
     def _record_whole_steps(self, running: float) -> None:
-        """Wait while the session records, until it holds a whole step and ``duration``."""
-        limit = sample_limit(self.config.duration, recent_intervals(tuple(self._step_begins())))
+        """Wait while the session records, until it holds a whole step and the duration
+        (as configured, or as the daemon asked)."""
+        duration = self.asked_seconds
+        limit = sample_limit(duration, recent_intervals(tuple(self._step_begins())))
         while not self._stop.is_set():
             elapsed = time.perf_counter() - running
             begun = _begun_since(tuple(self._step_begins()), running)
-            if holds_whole_steps(begun, elapsed, self.config.duration) or elapsed >= limit:
+            if holds_whole_steps(begun, elapsed, duration) or elapsed >= limit:
                 return
             self._stop.wait(POLL_SECONDS)
 

@@ -263,7 +263,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
 
 def _ask_sample_length(state: JobState, link: AgentLink) -> None:
     """Ask the agent for the sample length its job needs, once it changed (xmon.execution.
-    ledger: samples of a job without markers too short for its steps)."""
+    ledger: samples of a job without markers too short for its steps, or too short to hold two
+    runs of a rarer program; 0 once the job marks steps: as configured)."""
     wanted = state.ledger.sample_seconds_wanted
     if wanted is None or wanted == state.sample_seconds_told:
         return

@@ -12,13 +12,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xmon.execution.samples import SampleReading
-from xmon.wire import SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire import SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
 
 DEFAULT_WINDOW_SAMPLES = 6
 # A sample of a job without markers holds whole periods of its busiest program from three
 # starts on (samples.MIN_CORE_EXECUTIONS); asked for 3.5 periods, one started late still does.
 PERIODS_WANTED = 3.5
 LENGTHEN_UNKNOWN = 4.0  # with under two starts seen, the next sample is this much longer
+# A program rarer than the steps (an eval every N steps) is counted exactly over its own whole
+# periods (samples.rarer_periods), which need two of its starts in a sample: samples are asked
+# to last this many of its periods, for programs that used at least RARER_DEVICE_SHARE of the
+# device time (a count off by one of a smaller one moves the step's work by less). At most
+# RARER_SAMPLE_MAX_SECONDS (the duty cycle stays: samples of 5 s come every 500 s at 1 %), and
+# no longer than the job's samples take to reach RARER_SAMPLE_BYTES: an eighth of the largest
+# sample the daemon reads, which keeps a job of many small ops (16 bytes an event or more)
+# under the sample's event bound as well.
+RARER_PERIODS_WANTED = 2.5
+RARER_SAMPLE_MAX_SECONDS = 5.0
+RARER_SAMPLE_BYTES = SAMPLE_MAX_BYTES // 8
+RARER_DEVICE_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,8 @@ class JobLedger:
         # past the window: a stalled job's samples show nothing running
         self.last_seen: tuple[int, float] | None = None
         # How long the job's samples should record, where they are too short to hold whole
-        # periods of its busiest program (no markers, long steps); None: as configured.
+        # periods of its busiest program (no markers, long steps) or two runs of a rarer one;
+        # None: nothing asked yet, 0: as configured again.
         self.sample_seconds_wanted: float | None = None
         # Over the job's life, the samples taken through its stepping (xmon.goodput.split):
         # each device's busy seconds in them, and their seconds
@@ -81,13 +94,17 @@ class JobLedger:
             self._stepping_busy.clear()
             self._stepping_seconds = 0.0
             self._stepping_marked = True
+            if self.sample_seconds_wanted:
+                # asked of its start-up's programs before it marked steps: marked samples hold
+                # whole steps, and the length asked for those programs is no longer wanted
+                self.sample_seconds_wanted = 0.0
         if stepped_through(reading):
             for device, seconds in reading.device_busy_seconds.items():
                 self._stepping_busy[device] += seconds
             self._stepping_seconds += reading.duration_seconds
-        wanted = unmarked_sample_seconds(reading)
-        if wanted is not None and wanted > (self.sample_seconds_wanted or 0.0):
-            self.sample_seconds_wanted = wanted
+        for wanted in (unmarked_sample_seconds(reading), rarer_sample_seconds(self._samples)):
+            if wanted is not None and wanted > (self.sample_seconds_wanted or 0.0):
+                self.sample_seconds_wanted = wanted
         if reading.last_started is not None:
             self.last_seen = (reading.last_started, reading.started_at + reading.duration_seconds)
 
@@ -119,6 +136,44 @@ def unmarked_sample_seconds(reading: SampleReading) -> float | None:
     return min(SAMPLE_RECORD_MAX_SECONDS, wanted)
 
 
+def rarer_sample_seconds(samples: Iterable[SampleReading]) -> float | None:
+    """How long samples should record to hold two starts of each program that ran less
+    often than once a sample and used at least RARER_DEVICE_SHARE of the device time:
+    RARER_PERIODS_WANTED of its period (the stepped samples' core seconds over its runs in
+    them), at most RARER_SAMPLE_MAX_SECONDS and RARER_SAMPLE_BYTES; None where no such
+    program ran, samples already hold whole periods of each
+    (:func:`xmon.execution.samples.rarer_periods`), or are already as long."""
+    stepped = [s for s in samples if s.steps_in_core and s.dominant is not None and s.whole_periods]
+    held = {p for s in stepped for p in s.program_periods}
+    dominants = {s.dominant for s in stepped}
+    runs: defaultdict[int, int] = defaultdict(int)
+    device: defaultdict[int, float] = defaultdict(float)
+    most: defaultdict[int, int] = defaultdict(int)  # the most runs one sample held
+    for sample in stepped:
+        for program, n in sample.executions.items():
+            runs[program] += n
+            most[program] = max(most[program], n)
+        for program, seconds in sample.program_device_seconds.items():
+            device[program] += seconds
+    total = sum(device.values())
+    core = sum(s.core_seconds for s in stepped)
+    # rarer than the steps' program: long steps run every program once a sample
+    ruler = sum(s.executions.get(s.dominant, 0) for s in stepped if s.dominant is not None)
+    periods = [
+        core / n
+        for program, n in runs.items()
+        if 0 < n < ruler and most[program] <= 1 and program not in held
+        and program not in dominants and device[program] >= RARER_DEVICE_SHARE * total
+    ]  # fmt: skip
+    if not periods or core <= 0:
+        return None
+    wanted = min(RARER_SAMPLE_MAX_SECONDS, RARER_PERIODS_WANTED * max(periods))
+    rate = max(s.recorded_bytes / s.duration_seconds for s in stepped if s.duration_seconds > 0)
+    if rate > 0:
+        wanted = min(wanted, RARER_SAMPLE_BYTES / rate)
+    return wanted if wanted > max(s.duration_seconds for s in stepped) else None
+
+
 def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
     """Rates over samples: sums of counts over sums of the windows they were counted in."""
     samples = list(samples)
@@ -140,7 +195,12 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             busy[device] += seconds
     core = sum(s.core_seconds for s in samples)
     sampled = sum(s.duration_seconds for s in samples)
-    per_step, steps, stepped_core = _per_step(samples)
+    per_step, steps, stepped_core, from_periods = _per_step(samples)
+    per_second = {p: n / core for p, n in executions.items()} if core > 0 else {}
+    step_rate = steps / stepped_core if steps and stepped_core > 0 else None
+    if step_rate is not None:
+        # a rarer program's per-step count comes from its own whole periods: its rate follows
+        per_second.update({p: per_step[p] * step_rate for p in from_periods})
     return LedgerRates(
         samples=len(samples),
         sampled_seconds=sampled,
@@ -150,10 +210,10 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             else 0.0
         ),
         last_sample_at=samples[-1].started_at + samples[-1].duration_seconds if samples else None,
-        executions_per_second={p: n / core for p, n in executions.items()} if core > 0 else {},
+        executions_per_second=per_second,
         executions_per_step=per_step,
         executions=dict(executions),
-        steps_per_second=steps / stepped_core if steps and stepped_core > 0 else None,
+        steps_per_second=step_rate,
         device_seconds_per_execution={
             p: device_seconds[p] / runs for p, runs in device_runs.items() if runs
         },
@@ -192,9 +252,11 @@ def _median_ratios(
     }
 
 
-def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float, float]:
-    """Executions per step of every program, the steps they came from, and the core seconds
-    those steps took.
+def _per_step(
+    samples: Sequence[SampleReading],
+) -> tuple[dict[int, float], float, float, frozenset[int]]:
+    """Executions per step of every program, the steps they came from, the core seconds
+    those steps took, and the programs counted over their own whole periods.
 
     A sample holding whole marked steps but no whole periods of its dominant program (long
     steps) counts them, and the executions between its first and last begin: its ratio is of
@@ -205,7 +267,9 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     loop (1, or k micro-steps) but carries the jitter of asynchronous dispatch, so it is
     taken to the nearest whole number (or whole fraction) within ``SNAP_TOLERANCE`` of it
     (:func:`per_step_ratio`). Other programs count relative to the dominant one over the same
-    core windows, which is exact for programs in lockstep with it.
+    core windows, which is exact for programs in lockstep with it. Programs rarer than the
+    dominant one (an eval every N steps) count over their own whole periods where samples hold
+    two of their starts or more (:func:`xmon.execution.samples.rarer_periods`).
     """
     stepped = [s for s in samples if s.steps_in_core and s.dominant is not None]
     if any(s.steps_marked for s in stepped):
@@ -247,13 +311,34 @@ def _per_step(samples: Sequence[SampleReading]) -> tuple[dict[int, float], float
     }
     steps = sum(executions / per_step[key] for _, key, executions in runs if key in per_step)
     if not steps:
-        return {}, 0.0, 0.0
+        return {}, 0.0, 0.0, frozenset()
     counts: defaultdict[int, int] = defaultdict(int)
     for sample in stepped:
         for program, n in sample.executions.items():
             counts[program] += n
     stepped_core = sum(s.core_seconds for s in stepped)
-    return {p: n / steps for p, n in counts.items()}, steps, stepped_core
+    result = {p: n / steps for p, n in counts.items()}
+    periodic = _over_whole_periods(stepped, result)
+    result.update(periodic)
+    return result, steps, stepped_core, frozenset(periodic)
+
+
+def _over_whole_periods(
+    samples: Sequence[SampleReading], per_step: Mapping[int, float]
+) -> dict[int, float]:
+    """Executions per step of the programs rarer than their samples' dominant one, over their
+    own whole periods: their executions there over the steps the dominant program's runs in
+    the same spans make (its runs over its executions per step)."""
+    runs: defaultdict[int, int] = defaultdict(int)
+    steps: defaultdict[int, float] = defaultdict(float)
+    for sample in samples:
+        ruler = per_step.get(sample.dominant) if sample.dominant is not None else None
+        if not ruler:
+            continue
+        for program, (own, ruled) in sample.program_periods.items():
+            runs[program] += own
+            steps[program] += ruled / ruler
+    return {p: runs[p] / steps[p] for p in runs if steps[p] > 0}
 
 
 def dominant_runs(sample: SampleReading) -> tuple[int | str, int]:
