@@ -143,6 +143,37 @@ def test_more_begins_than_the_timer_keeps_between_two_reports() -> None:
     assert got == {"steps": pytest.approx(0.001 * (MAX_PENDING_STEPS + 510))}
 
 
+def test_a_report_walks_every_begin_only_when_a_period_passed_the_threshold() -> None:
+    """Thousands of steps a second: a report reads the latest RECENT_PERIODS + 1 begins (the
+    median's), unless the timer saw a period past the stall threshold since the last one."""
+    from xmon.agent.goodput import RECENT_PERIODS
+
+    clock = Clock()
+    watch, timer = watch_of(clock, started_ago=0.0)
+    stepping(timer, clock, 100, 0.01)
+    watch.report()
+    reads: list[int | None] = []
+    original = timer.begins_since
+
+    def begins_since(seen: int, latest: int | None = None) -> tuple[int, list[float], bool]:
+        reads.append(latest)
+        return original(seen, latest)
+
+    timer.begins_since = begins_since  # type: ignore[method-assign]
+    stepping(timer, clock, 2000, 0.01)
+    assert "stall" not in seconds(watch) and reads == [RECENT_PERIODS + 1]
+    # a 5 s stall among 2,000 steps: every begin is walked, the stall found where it was
+    stepping(timer, clock, 1000, 0.01)
+    clock.now += 5.0
+    stepping(timer, clock, 1000, 0.01)
+    got = seconds(watch)
+    assert reads[-1] is None and got["stall"] == pytest.approx(5.0)
+    assert got["steps"] == pytest.approx(0.01 * 4100)
+    stepping(timer, clock, 500, 0.01)  # and the next report reads the latest again
+    assert seconds(watch)["steps"] == pytest.approx(0.01 * 4600)
+    assert reads[-1] == RECENT_PERIODS + 1
+
+
 def test_the_api_checks_what_it_is_given_with_or_without_an_agent() -> None:
     import xmon
 

@@ -38,6 +38,7 @@ class StepTimer:
         self._last_start: float | None = None
         self._last_end: float | None = None
         self._pending: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
+        self._longest_unread = 0.0  # the longest step period since longest_period_since_read
         # Clock readings of recent step begins, for the execution sampler (xmon.agent.sampler)
         self.begin_times: deque[float] = deque(maxlen=MAX_PENDING_STEPS)
         self._open = 0  # steps open on all threads together
@@ -66,17 +67,27 @@ class StepTimer:
                 return self.steps_total, 0.0
             return self.steps_total, self._last_end - self._first_start
 
-    def begins_since(self, seen: int) -> tuple[int, list[float], bool]:
+    def begins_since(self, seen: int, latest: int | None = None) -> tuple[int, list[float], bool]:
         """Steps begun so far, the clock readings of the begins after the ``seen``-th (oldest
-        first), and whether all of them are there (the timer keeps the latest
-        ``MAX_PENDING_STEPS``), read together. Costs what the new begins are, not the window."""
+        first; at most the ``latest`` of them), and whether the timer still holds all of them
+        (it keeps the latest ``MAX_PENDING_STEPS``), read together. Costs what the begins
+        returned are, not the window."""
         with self._lock:
             begun, times = self.steps_begun, self.begin_times
             fresh = max(0, begun - seen)
-            kept = min(fresh, len(times))
+            held = min(fresh, len(times))
+            kept = held if latest is None else min(held, latest)
             newest = list(itertools.islice(reversed(times), kept))
         newest.reverse()
-        return begun, newest, kept == fresh
+        return begun, newest, held == fresh
+
+    def longest_period_since_read(self) -> float:
+        """The longest interval between consecutive step begins since the last call (0.0 with
+        none): one reader (the wall-time account) learns whether any step period passed its
+        stall threshold without walking thousands of begins a second."""
+        with self._lock:
+            longest, self._longest_unread = self._longest_unread, 0.0
+        return longest
 
     def first_begin(self) -> float | None:
         """Clock reading of the first step's begin (None before one)."""
@@ -91,9 +102,14 @@ class StepTimer:
         """Clock reading of the last step's end (None before one ended), and the intervals
         between the latest 65 step begins: what the stall rule (xmon.findings.stall) reads."""
         with self._lock:
-            begins = list(self.begin_times)[-65:]
+            begins = list(itertools.islice(reversed(self.begin_times), 65))
             last_end = self._last_end
+        begins.reverse()
         return last_end, tuple(b - a for a, b in zip(begins, begins[1:], strict=False))
+
+    def last_end(self) -> float | None:
+        """Clock reading of the last step's end (None before one ended)."""
+        return self._last_end
 
     def open_steps(self) -> int:
         return self._open
@@ -120,7 +136,10 @@ class StepTimer:
             if previous is None:
                 self._first_start = now
             else:
-                self._pending.append(now - previous)
+                period = now - previous
+                self._pending.append(period)
+                if period > self._longest_unread:
+                    self._longest_unread = period
             if not self._open:
                 self._open_since = now
             self._open += 1
