@@ -160,6 +160,14 @@ class Prometheus(Proc):
         assert body["status"] == "success", body
         return list(body["data"]["result"])
 
+    def alerts(self, name: str) -> list[dict[str, Any]]:
+        """The active alerts (pending or firing) of the rule ``name``, as /api/v1/alerts gives
+        them: labels, state, value."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/alerts", timeout=5) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return [a for a in body["data"]["alerts"] if a["labels"].get("alertname") == name]
+
     def values(self, expr: str) -> dict[str, float]:
         """{device-or-pid label: value} for an instant vector."""
         out = {}

@@ -90,7 +90,8 @@ def run_goodput_job(
 
 
 def _job_names(result: list[dict[str, Any]]) -> set[str]:
-    return {sample["metric"].get("job_name", "") for sample in result}
+    """The job names of a query's samples or of active alerts."""
+    return {(item.get("metric") or item["labels"]).get("job_name", "") for item in result}
 
 
 def near(value: float, truth: float, wall: float) -> bool:
@@ -102,7 +103,9 @@ def test_every_second_of_a_marked_job_is_where_it_went(
 ) -> None:
     """Beside it, a healthy twin (steps only) on the same daemon, and a real Prometheus with
     the shipped rules: the dashboard's goodput queries return data for both, and the low
-    goodput alert's condition holds for the job that stalls, saves and idles, not the twin."""
+    goodput alert's condition holds for the job that stalls, saves and idles, not the twin:
+    Prometheus holds the alert pending for it alone (it fires once that has lasted its
+    ``for:``, 15 minutes, which dashboards/alerts/xmon.rules.test.yml tests with promtool)."""
     prometheus = prometheus_for([f"127.0.0.1:{daemon.metrics_port}"], [RULES])
     twin = start_job(tmp_path, daemon.socket_path, HEALTHY, "healthy", period=0.5,
                      JOB_STOP=str(tmp_path / "healthy.stop"))  # fmt: skip
@@ -114,6 +117,10 @@ def test_every_second_of_a_marked_job_is_where_it_went(
             wait_for(lambda e=expr: _job_names(prometheus.query(e)) >= both, 60, expr, 1.0)
         low = wait_for(lambda: prometheus.query(LOW_GOODPUT), 30, "the low goodput condition", 1.0)
         assert _job_names(low) == {"goodput"}, low
+        alerts = wait_for(lambda: prometheus.alerts("XmonJobLowGoodput"), 30,
+                          "the low goodput alert to be pending", 1.0)  # fmt: skip
+        assert _job_names(alerts) == {"goodput"}, alerts
+        assert {a["state"] for a in alerts} == {"pending"}, alerts
 
     try:
         goodput, truth = run_goodput_job(tmp_path, daemon, marked=True,
