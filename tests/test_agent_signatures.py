@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jax.core import ShapedArray
 
 from xmon.agent.signatures import _arguments
-from xmon.findings.recompiles import ARGUMENTS_PAST, MAX_COMPARED
+from xmon.analysis.compiles import ARGUMENTS_PAST, MAX_COMPARED
 
 
 def test_every_leaf_is_described_and_the_rest_by_a_digest() -> None:

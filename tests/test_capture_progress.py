@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from xmon.agent.commands import CommandRunner
-from xmon.cli.capture import progress, progress_line
+from xmon.cli.capture import progress
 from xmon.proto import xmon_pb2
+from xmon.views.capture import progress_line
 
 
 @pytest.mark.parametrize(

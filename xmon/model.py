@@ -257,7 +257,7 @@ class CompileStats:
     cache_hits_total: int = 0
     cache_misses_total: int = 0
     recent: tuple[CompileEvent, ...] = ()
-    # Recompiles once the job is past warm-up (xmon.findings.recompiles.is_steady): what the
+    # Recompiles once the job is past warm-up (xmon.analysis.compiles.is_steady): what the
     # storm alert counts. Eager primitive compiles (jax's apply_primitive) never count.
     steady_recompiles_total: int = 0
     eager_compiles_total: int = 0
@@ -357,7 +357,7 @@ GOODPUT_BUCKETS = (
 
 @dataclass(frozen=True)
 class FleetIdentity:
-    """Which process of which multi-process job this is (xmon.fleet.identity): every process
+    """Which process of which multi-process job this is (xmon.agent.identity): every process
     of one jax.distributed job reports the same job key."""
 
     job_key: str

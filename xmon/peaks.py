@@ -26,6 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 GIB = 1024**3
+# A nominal per-device CPU peak so the demo's MFU shows a number: CPUs have no entry in the
+# table (MFU is absent for unknown kinds), so ``xmon demo`` declares this one (XMON_PEAKS), and
+# ``xmon top``'s screenshots of the demo use it too.
+DEMO_CPU_PEAK = {"cpu": {"flops_per_second": 5e10, "memory_bytes_per_second": 1e10}}
 OVERRIDE_FIELDS = ("flops_per_second", "memory_bytes", "memory_bytes_per_second")
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from xmon.analysis.stall import stall_threshold
 from xmon.findings.host_bound import detect_host_bound
 from xmon.findings.memory import detect_leak, fit
 from xmon.findings.setup import detect_setup
-from xmon.findings.stall import detect_stall, stall_threshold
+from xmon.findings.stall import detect_stall
 from xmon.model import (
     AgentHealth,
     Capability,

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from xmon.findings import recompiles
-from xmon.findings.recompiles import (
+from xmon.analysis import compiles
+from xmon.analysis.compiles import (
     ARGUMENTS_PAST,
     MAX_ARGUMENTS,
-    STORM_ERROR,
-    FunctionCompiles,
     FunctionTable,
     argument_text,
     describe_change,
-    detect_recompiles,
     is_steady,
 )
+from xmon.findings.recompiles import STORM_ERROR, FunctionCompiles, detect_recompiles
 
 F32_8 = argument_text("float32[8]", False, None)
 F32_9 = argument_text("float32[9]", False, None)
@@ -89,7 +87,7 @@ def test_arguments_past_those_compared_are_compared_by_their_digest() -> None:
 def test_the_arguments_kept_for_diffs_are_bounded_over_all_functions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(recompiles, "MAX_COMPARED_TOTAL", 100)
+    monkeypatch.setattr(compiles, "MAX_COMPARED_TOTAL", 100)
     table = FunctionTable()
     table.record("first", (F32_8,) * 90, "a", False, 0.0, 0, True)
     table.record("second", (F32_8,) * 90, "b", False, 0.0, 0, True)  # 10 left: keeps 32

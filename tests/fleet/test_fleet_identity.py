@@ -1,4 +1,4 @@
-"""Which process of which job: the identity an agent reports (xmon.fleet.identity), the step
+"""Which process of which job: the identity an agent reports (xmon.agent.identity), the step
 and stall facts it adds (xmon.agent.steps, xmon.agent.stall), and how the daemon splits a step
 (xmon.execution.rates.step_breakdown, xmon.execution.samples.is_collective)."""
 
@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from xmon.agent.identity import identify
 from xmon.agent.stall import waits_in
 from xmon.agent.steps import StepTimer
 from xmon.execution.ledger import ledger_rates
 from xmon.execution.rates import busy_by_device, step_breakdown
 from xmon.execution.samples import SampleReading, is_collective
-from xmon.fleet.identity import identify
 
 
 def test_every_process_of_a_distributed_job_gets_the_coordinator_key() -> None:

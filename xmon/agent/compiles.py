@@ -29,7 +29,7 @@ from xmon.agent import internals
 from xmon.agent.explanations import CacheMissExplanations
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.agent.signatures import describe_compile
-from xmon.findings.recompiles import FunctionRow, FunctionTable
+from xmon.analysis.compiles import FunctionRow, FunctionTable
 from xmon.model import CompileEvent, CompileStats, Program
 
 log = logging.getLogger("xmon.agent")

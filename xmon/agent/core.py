@@ -19,6 +19,7 @@ from xmon.agent.commands import CommandRunner
 from xmon.agent.compiles import CompileHooks, CompileRecorder
 from xmon.agent.goodput import GoodputWatch, process_start_wall
 from xmon.agent.hlo_store import HloStore
+from xmon.agent.identity import ProcessIdentity, identify
 from xmon.agent.live_memory import LiveMemory
 from xmon.agent.oom import OomWatch
 from xmon.agent.proof import can_prove
@@ -27,8 +28,7 @@ from xmon.agent.sampler import ExecutionSampler, LedgerConfig
 from xmon.agent.stall import StallWatch
 from xmon.agent.steps import StepAnnotationHook, StepTimer, tracing_probe
 from xmon.agent.transport import Outgoing, Transport
-from xmon.findings.recompiles import FunctionRow
-from xmon.fleet.identity import ProcessIdentity, identify
+from xmon.analysis.compiles import FunctionRow
 from xmon.model import Program
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of, optional_field_names

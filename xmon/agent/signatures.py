@@ -15,7 +15,7 @@ from types import FrameType
 from typing import Any
 
 from xmon.agent import internals
-from xmon.findings.recompiles import ARGUMENTS_PAST, MAX_COMPARED, argument_text
+from xmon.analysis.compiles import ARGUMENTS_PAST, MAX_COMPARED, argument_text
 
 MAX_FRAMES = 64
 # jax functions through which user code calls a jitted function it built (jax 0.4.30 - 0.10):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from xmon.agent import internals
 from xmon.agent.in_flight import jitted_call
 from xmon.agent.steps import StepTimer
-from xmon.findings.stall import stalled
+from xmon.analysis.stall import stalled
 from xmon.proto import xmon_pb2
 
 MAX_STACK_BYTES = 64 * 1024

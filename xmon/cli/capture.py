@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from xmon.cli import flags
-from xmon.cli.safe_text import command, printable
-from xmon.cli.safe_text import lines as safe_lines
+from xmon.views.capture import progress_line
+from xmon.views.safe_text import command, printable
+from xmon.views.safe_text import lines as safe_lines
 
 if TYPE_CHECKING:
     from xmon.client import CaptureResult
@@ -86,18 +87,6 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(describe(result))
     return 0
-
-
-def progress_line(elapsed: float, duration: float) -> str:
-    """What a capture is doing ``elapsed`` seconds after the request, and why it waits."""
-    if duration <= 0:
-        return f"saving the device memory profile … {elapsed:.0f} s"
-    if elapsed < duration:
-        return f"tracing … {elapsed:.0f} s of {duration:g} s"
-    return (
-        f"writing the trace … {elapsed:.0f} s (the job exports what it recorded; "
-        "slower while its host is busy)"
-    )
 
 
 @contextmanager

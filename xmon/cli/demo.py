@@ -21,10 +21,7 @@ from pathlib import Path
 
 from xmon import paths
 from xmon.cli import children, flags
-
-# A nominal per-device CPU peak so MFU shows a number; CPUs have no entry in the peak table
-# (MFU is reported as absent for unknown kinds), so the demo declares one explicitly.
-DEMO_CPU_PEAK = {"cpu": {"flops_per_second": 5e10, "memory_bytes_per_second": 1e10}}
+from xmon.peaks import DEMO_CPU_PEAK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from xmon.catalogue import select_jobs
 from xmon.cli import flags
-from xmon.cli.safe_text import clipped, printable
 from xmon.findings.tracker import severity_rank
 from xmon.model import Finding, Job, Snapshot
+from xmon.views.safe_text import clipped, printable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 WARNING = severity_rank("warning")

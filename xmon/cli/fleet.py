@@ -16,10 +16,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from xmon.cli.safe_text import printable
 from xmon.fleet.judge import FleetVerdict, group_by_job, judge
 from xmon.fleet.prometheus_source import PrometheusSource, PrometheusUnavailable
 from xmon.fleet.render import as_json, render_text, trouble
+from xmon.views.safe_text import printable
 
 EXIT_OK, EXIT_TROUBLE, EXIT_UNUSABLE = 0, 1, 2
 DEFAULT_URL = "http://localhost:9090"

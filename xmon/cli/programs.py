@@ -12,7 +12,7 @@ from pathlib import Path
 from xmon import units
 from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
 from xmon.cli import flags
-from xmon.cli.safe_text import printable
+from xmon.views.safe_text import printable
 
 COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS", "LOOPS", "BYTES",
            "FLOP/B", "RIDGE", "BOUND", "ARGS", "OUT", "TEMP", "CODE", "COMPILE", "EXEC", "EXEC/S",

@@ -73,9 +73,9 @@ def main(args: argparse.Namespace) -> int:
 def _once(socket_path: Path | None, job: str | None) -> int:
     import shutil
 
-    from xmon.cli.safe_text import printable
     from xmon.client import DaemonClient, DaemonUnavailable, RequestFailed
     from xmon.top.once import matching_jobs, render_once
+    from xmon.views.safe_text import printable
 
     try:
         with DaemonClient(socket_path) as client:

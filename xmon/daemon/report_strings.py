@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
+from xmon.analysis.compiles import MAX_ARGUMENTS, MAX_CHANGES, MAX_TEXT
 from xmon.daemon.bounds import StateBudget
-from xmon.findings.recompiles import MAX_ARGUMENTS, MAX_CHANGES, MAX_TEXT
 from xmon.proto import xmon_pb2
 
 FUNCTION_NAME_CHARS = 128  # a label's length (xmon.metrics.LABEL_VALUE_MAX)

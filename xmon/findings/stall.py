@@ -1,4 +1,5 @@
-"""Stall / hang: no step has finished for ``max(STALL_FACTOR x median step, STALL_MIN_SECONDS)``.
+"""Stall / hang: no step has finished for ``max(STALL_FACTOR x median step, STALL_MIN_SECONDS)``
+(:mod:`xmon.analysis.stall`).
 
 The agent applies the same rule to its own step clock and then sends every thread's Python
 stack (xmon.agent.stall); the daemon's detector measures the time since the job's step count
@@ -7,20 +8,10 @@ last moved on its own clock, so a job whose agent is stuck too still shows the s
 
 from __future__ import annotations
 
+from xmon.analysis.stall import stall_threshold
 from xmon.model import Finding
 
-STALL_FACTOR = 10.0
-STALL_MIN_SECONDS = 20.0
 STALL_ERROR_FACTOR = 5.0  # this many thresholds without a step: an error
-
-
-def stall_threshold(median_step_seconds: float | None) -> float:
-    median = median_step_seconds or 0.0
-    return max(STALL_FACTOR * median, STALL_MIN_SECONDS)
-
-
-def stalled(seconds_since_step: float, median_step_seconds: float | None) -> bool:
-    return seconds_since_step > stall_threshold(median_step_seconds)
 
 
 def detect_stall(

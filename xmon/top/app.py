@@ -21,8 +21,6 @@ from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Static, TabbedContent
 
-from xmon.cli.capture import progress_line
-from xmon.cli.safe_text import printable
 from xmon.model import Snapshot
 from xmon.top import layout, panels
 from xmon.top.feed import DaemonSource, FeedEvent, FeedStatus, FeedThread
@@ -35,6 +33,8 @@ from xmon.top.memory import MemoryTree, memory_summary
 from xmon.top.once import matching_jobs
 from xmon.top.tables import SortableTable, compile_items, program_items
 from xmon.top.viewmodel import device_rows, jobs_in_scope
+from xmon.views.capture import progress_line
+from xmon.views.safe_text import printable
 
 Capture = Callable[[int], str]
 

@@ -13,9 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from xmon.cli.safe_text import shown
 from xmon.model import Finding, Job, Snapshot
 from xmon.top import fmt
+from xmon.views.safe_text import shown
 
 # The mark of a job's worst finding: warning and error stand out, info is a quiet note.
 MARKS = {"error": "‼", "warning": "!", "info": "i"}
