@@ -65,12 +65,17 @@ def stepping_thread(stop: threading.Event, timer: StepTimer | None = None,
     return thread
 
 
-@pytest.mark.parametrize("step_seconds", [0.005, 0.3, 1.2])
-def test_a_sample_holds_whole_marked_steps_counted_by_the_daemon(step_seconds: float) -> None:
+def marked_sample(
+    step_seconds: float, asked: float | None = None
+) -> tuple[ExecutionSampler, xmon_pb2.ExecutionSample]:
+    """One sample of a thread marking steps of at least ``step_seconds`` (the daemon having
+    asked for ``asked`` seconds, where given), and the sampler that took it."""
     timer = StepTimer()
     stop = threading.Event()
     thread = stepping_thread(stop, timer, step_seconds)
     ledger, sent = sampler(begins=lambda: timer.begin_times)
+    if asked is not None:
+        ledger.ask_length(asked)
     try:
         wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
         assert ledger.sample_once()
@@ -78,6 +83,12 @@ def test_a_sample_holds_whole_marked_steps_counted_by_the_daemon(step_seconds: f
         stop.set()
         thread.join()
     (sample,) = sent
+    return ledger, sample
+
+
+@pytest.mark.parametrize("step_seconds", [0.005, 0.3, 1.2])
+def test_a_sample_holds_whole_marked_steps_counted_by_the_daemon(step_seconds: float) -> None:
+    ledger, sample = marked_sample(step_seconds)
     begins = list(sample.step_begin_seconds)
     assert sample.steps_marked and len(begins) >= 2 and sample.HasField("anchor_seconds")
     assert 0 <= sample.anchor_seconds < begins[0]
@@ -213,18 +224,7 @@ def test_the_daemons_ask_for_longer_samples() -> None:
 def test_a_marked_sample_records_as_long_as_the_daemon_asked() -> None:
     # The daemon asks for longer samples of a job with a program too rare for two of its runs
     # in a 0.2 s sample (xmon.execution.ledger.rarer_sample_seconds)
-    timer = StepTimer()
-    stop = threading.Event()
-    thread = stepping_thread(stop, timer, 0.005)
-    ledger, sent = sampler(begins=lambda: timer.begin_times)
-    ledger.ask_length(0.6)
-    try:
-        wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
-        assert ledger.sample_once()
-    finally:
-        stop.set()
-        thread.join()
-    (sample,) = sent
+    _, sample = marked_sample(0.005, asked=0.6)
     assert sample.steps_marked and 0.6 <= sample.duration_seconds < 5
 
 
