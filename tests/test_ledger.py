@@ -674,3 +674,4 @@ def test_a_length_asked_before_the_first_marked_step_is_taken_back() -> None:
     begins = [0.0005 + 0.020 * i for i in range(10)]
     ledger.add(parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True))
     assert ledger.sample_seconds_wanted == 0.0  # as configured: marked samples hold whole steps
+    assert ledger.sample_seconds_asked is None  # and views show no ask

@@ -328,7 +328,9 @@ _LEDGER_METRICS = (
        "later. Absent while a sample records.", JOB, "seconds", "Job.agent.ledger_next_sample_at"),
     _g("xmon_job_ledger_sample_seconds_asked", "Length the daemon asked the agent's samples to "
        "have, where a job without markers has steps too long for the configured sample to hold "
-       "whole periods of its busiest program; absent where it asked nothing.",
+       "whole periods of its busiest program, or a program rarer than the steps (an eval every "
+       "N steps) runs too seldom for two of its runs in a sample; absent where it asked nothing "
+       "(or took its ask back).",
        JOB, "seconds", "Job.ledger.sample_seconds_asked"),
 )
 

@@ -440,8 +440,9 @@ class LedgerStats:
     last_sample_at: float | None = None  # wall clock
     parse_errors_total: int = 0  # samples the daemon could not read
     # What the daemon asked the agent's samples to last, where the job's steps are too long for
-    # the configured sample to hold whole periods of its busiest program (no markers); None
-    # where it asked nothing
+    # the configured sample to hold whole periods of its busiest program (no markers), or a
+    # program rarer than the steps too seldom for two of its runs in one; None where it asked
+    # nothing (or took its ask back)
     sample_seconds_asked: float | None = None
     samples_dropped_total: int = 0  # arrived while one was being read, or over the size cap
     # The program last seen starting an execution, in the latest sample that saw any (kept past

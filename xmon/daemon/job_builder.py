@@ -282,7 +282,7 @@ def _ledger_stats(
         last_sample_at=rates_now.last_sample_at,
         parse_errors_total=ledger.parse_errors_total,
         samples_dropped_total=ledger.samples_dropped_total,
-        sample_seconds_asked=ledger.sample_seconds_wanted,
+        sample_seconds_asked=ledger.sample_seconds_asked,
     )
 
 

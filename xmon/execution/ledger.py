@@ -108,6 +108,12 @@ class JobLedger:
         if reading.last_started is not None:
             self.last_seen = (reading.last_started, reading.started_at + reading.duration_seconds)
 
+    @property
+    def sample_seconds_asked(self) -> float | None:
+        """The length the job's samples are asked to have, as views show it: None where
+        nothing is asked, or the ask was taken back (0, as configured)."""
+        return self.sample_seconds_wanted or None
+
     def stepping_busy_ratio(self) -> dict[int, float]:
         """Each device's busy share of the job's stepping, over every sample of its life taken
         through its stepping (:func:`stepped_through`); empty before one."""
