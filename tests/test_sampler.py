@@ -228,6 +228,24 @@ def test_a_marked_sample_records_as_long_as_the_daemon_asked() -> None:
     assert sample.steps_marked and 0.6 <= sample.duration_seconds < 5
 
 
+def test_an_ask_made_before_the_job_marked_steps_does_not_hold_for_its_marked_samples() -> None:
+    # Samples of a job's initialisation, before its first step, are asked to grow (up to
+    # minutes); its first marked sample recorded that long until the daemon took the ask back
+    timer = StepTimer()
+    ledger, sent = sampler(begins=lambda: timer.begin_times)
+    ledger.ask_length(3.0)  # no begins yet: asked of unmarked samples
+    stop = threading.Event()
+    thread = stepping_thread(stop, timer, 0.005)
+    try:
+        wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
+        assert ledger.sample_once()
+    finally:
+        stop.set()
+        thread.join()
+    (sample,) = sent
+    assert sample.steps_marked and 0.2 <= sample.duration_seconds < 1.5
+
+
 def test_the_next_sample_s_time_is_known_while_the_sampler_waits() -> None:
     """Views say when the ledger's numbers will come (xmon_agent_ledger_next_sample_...)."""
     config = LedgerConfig(interval=60.0, duration=0.2, first_delay=30.0)

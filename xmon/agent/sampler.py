@@ -139,8 +139,10 @@ class ExecutionSampler:
         self.next_sample_at: float | None = None  # wall clock of the next sample, while waiting
         self._start_cost = 0.1  # seconds the latest session took to start recording
         self._not_stepping = False  # the latest try found a marked job not stepping
-        # What a sample records at least: longer where the daemon asks (ask_length)
+        # What a sample records at least: longer where the daemon asks (ask_length), for
+        # samples of the kind it asked about (whether the job marked steps then)
         self.asked_seconds = config.duration
+        self._asked_marked = False
 
     def ask_length(self, seconds: float) -> None:
         """The daemon's ask for longer samples: of a job without markers (its samples held
@@ -151,6 +153,15 @@ class ExecutionSampler:
             self.asked_seconds = self.config.duration
         elif math.isfinite(seconds) and seconds > 0:
             self.asked_seconds = min(MAX_SAMPLE_SECONDS, max(self.config.duration, seconds))
+            self._asked_marked = bool(self._step_begins())
+
+    def _length(self, marked: bool) -> float:
+        """What a sample records at least: as the daemon asked, where it asked about samples
+        of this kind; else as configured. An ask for a job's start-up before it marked steps
+        (longer and longer samples of its initialisation's programs, up to minutes) does not
+        hold for its marked samples, which hold whole steps: the daemon takes it back once one
+        arrives, and the first would otherwise have recorded that long."""
+        return self.asked_seconds if self._asked_marked == marked else self.config.duration
 
     def start(self) -> None:
         if not self.config.enabled:
@@ -251,7 +262,7 @@ class ExecutionSampler:
         if marked:
             self._record_whole_steps(running)
         else:
-            self._stop.wait(self.asked_seconds)
+            self._stop.wait(self._length(marked=False))
         stopping = time.perf_counter()
         data = session.stop()  # collects what was recorded until now
         self.busy_seconds += (running - opened) + (time.perf_counter() - stopping)
@@ -275,7 +286,7 @@ class ExecutionSampler:
     def _record_whole_steps(self, running: float) -> None:
         """Wait while the session records, until it holds a whole step and the duration
         (as configured, or as the daemon asked)."""
-        duration = self.asked_seconds
+        duration = self._length(marked=True)
         limit = sample_limit(duration, recent_intervals(tuple(self._step_begins())))
         while not self._stop.is_set():
             elapsed = time.perf_counter() - running
