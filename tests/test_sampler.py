@@ -66,18 +66,21 @@ def stepping_thread(stop: threading.Event, timer: StepTimer | None = None,
 
 
 def marked_sample(
-    step_seconds: float, asked: float | None = None
+    step_seconds: float, asked: float | None = None, asked_before_steps: bool = False
 ) -> tuple[ExecutionSampler, xmon_pb2.ExecutionSample]:
     """One sample of a thread marking steps of at least ``step_seconds`` (the daemon having
-    asked for ``asked`` seconds, where given), and the sampler that took it."""
+    asked for ``asked`` seconds, where given, once it stepped or before), and the sampler that
+    took it."""
     timer = StepTimer()
+    ledger, sent = sampler(begins=lambda: timer.begin_times)
+    if asked is not None and asked_before_steps:
+        ledger.ask_length(asked)
     stop = threading.Event()
     thread = stepping_thread(stop, timer, step_seconds)
-    ledger, sent = sampler(begins=lambda: timer.begin_times)
-    if asked is not None:
-        ledger.ask_length(asked)
     try:
         wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
+        if asked is not None and not asked_before_steps:
+            ledger.ask_length(asked)
         assert ledger.sample_once()
     finally:
         stop.set()
@@ -231,18 +234,7 @@ def test_a_marked_sample_records_as_long_as_the_daemon_asked() -> None:
 def test_an_ask_made_before_the_job_marked_steps_does_not_hold_for_its_marked_samples() -> None:
     # Samples of a job's initialisation, before its first step, are asked to grow (up to
     # minutes); its first marked sample recorded that long until the daemon took the ask back
-    timer = StepTimer()
-    ledger, sent = sampler(begins=lambda: timer.begin_times)
-    ledger.ask_length(3.0)  # no begins yet: asked of unmarked samples
-    stop = threading.Event()
-    thread = stepping_thread(stop, timer, 0.005)
-    try:
-        wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
-        assert ledger.sample_once()
-    finally:
-        stop.set()
-        thread.join()
-    (sample,) = sent
+    _, sample = marked_sample(0.005, asked=3.0, asked_before_steps=True)
     assert sample.steps_marked and 0.2 <= sample.duration_seconds < 1.5
 
 
