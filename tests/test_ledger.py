@@ -20,6 +20,7 @@ from xmon.execution.ledger import (
     ledger_rates,
     nearest_whole,
     per_step_ratio,
+    rarer_sample_seconds,
     unmarked_sample_seconds,
 )
 from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample, rarer_periods
@@ -641,6 +642,9 @@ def test_a_program_too_rare_for_two_runs_a_sample_asks_for_longer_samples() -> N
     for evals in ([4], []):
         dense.add(replace(_with_eval(evals), recorded_bytes=RARER_SAMPLE_BYTES // 2))
     assert dense.sample_seconds_wanted == pytest.approx(0.4)  # 2 MiB at 1/2 of it per 0.2 s
+    # readings of no length (the intake refuses such samples) give no byte rate, not an error
+    timeless = [replace(_with_eval(evals), duration_seconds=0.0) for evals in ([4], [])]
+    assert rarer_sample_seconds(timeless) == pytest.approx(RARER_PERIODS_WANTED * 0.36)
     # a program whose device time is too small to move the step's work is not waited for
     tiny = JobLedger()
     tiny.add(_with_eval([4], eval_ms=0.01))

@@ -174,7 +174,10 @@ def rarer_sample_seconds(samples: Iterable[SampleReading]) -> float | None:
     if not periods or core <= 0:
         return None
     wanted = min(RARER_SAMPLE_MAX_SECONDS, RARER_PERIODS_WANTED * max(periods))
-    rate = max(s.recorded_bytes / s.duration_seconds for s in stepped if s.duration_seconds > 0)
+    rate = max(
+        (s.recorded_bytes / s.duration_seconds for s in stepped if s.duration_seconds > 0),
+        default=0.0,
+    )
     if rate > 0:
         wanted = min(wanted, RARER_SAMPLE_BYTES / rate)
     return wanted if wanted > max(s.duration_seconds for s in stepped) else None
