@@ -156,9 +156,11 @@ class GoodputWatch:
         longest = timer.longest_period_since_read()
         stalled = median is not None and longest > stall_threshold(median)
         latest = None if stalled else RECENT_PERIODS + 1
-        begun, begins, whole = timer.begins_since(self._begun_seen, latest)
-        if not whole or len(begins) < begun - self._begun_seen:
-            self._last_begin = None  # begins between the last report's and these are not here
+        begun, begins, _ = timer.begins_since(self._begun_seen, latest)
+        if len(begins) < begun - self._begun_seen:
+            # begins between the last report's and these are not here: left out by ``latest``,
+            # or past what the timer keeps
+            self._last_begin = None
         self._begun_seen = begun
         if begins:
             self._fold_periods(begins, median)
@@ -178,8 +180,9 @@ class GoodputWatch:
 
     def _fold_periods(self, begins: list[float], median: float | None) -> None:
         """The periods ending at ``begins``: each past the stall threshold is a stall beyond
-        the median; the others are the steps' (the last ``RECENT_PERIODS`` kept). Thousands of
-        steps a second are folded in C-speed list work; only stalls take a Python loop."""
+        the median; the others are the steps' (the last ``RECENT_PERIODS`` kept). Only a
+        report with a stall among its steps folds all of them (:meth:`_read_steps`); only the
+        stalls take a Python loop."""
         starts = [self._last_begin, *begins] if self._last_begin is not None else begins
         self._last_begin = begins[-1]
         periods = [b - a for a, b in zip(starts, starts[1:], strict=False)]

@@ -1,7 +1,7 @@
 """Every thread's Python stack, sent while the job has not finished a step for long.
 
 Taken by the agent's reporter thread from every thread's frame (xmon.agent.internals): no signal
-reaches the job, and nothing runs on the stuck thread. The stall rule is xmon.findings.stall's,
+reaches the job, and nothing runs on the stuck thread. The stall rule is xmon.analysis.stall's,
 on the step timer's clock; stacks are read at most every ``REFRESH_SECONDS`` and the text is re-
 sent with each report while the stall lasts (the daemon keeps only the latest report).
 """

@@ -100,7 +100,7 @@ class StepTimer:
 
     def last_step(self) -> tuple[float | None, tuple[float, ...]]:
         """Clock reading of the last step's end (None before one ended), and the intervals
-        between the latest 65 step begins: what the stall rule (xmon.findings.stall) reads."""
+        between the latest 65 step begins: what the stall rule (xmon.analysis.stall) reads."""
         with self._lock:
             begins = list(itertools.islice(reversed(self.begin_times), 65))
             last_end = self._last_end

@@ -19,6 +19,7 @@ from prometheus_client.utils import floatToGoString
 from xmon.metrics import LABEL_VALUE_MAX, METRICS, SPEC_BY_NAME, MetricSpec
 
 Number = int | float
+JobKey = tuple[str, int]  # (job_name, pid): the labels every job series starts with
 
 
 def label(value: object) -> str:

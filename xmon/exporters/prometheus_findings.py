@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING
 from xmon.model import Finding, Job, Snapshot
 
 if TYPE_CHECKING:
-    from .prometheus_builder import FamilyBuilder
-
-JobKey = tuple[str, int]
+    from .prometheus_builder import FamilyBuilder, JobKey
 
 
 def add_finding_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:

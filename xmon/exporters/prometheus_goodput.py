@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING
 from xmon.model import Job
 
 if TYPE_CHECKING:
-    from .prometheus_builder import FamilyBuilder
-
-JobKey = tuple[str, int]
+    from .prometheus_builder import FamilyBuilder, JobKey
 
 
 def add_goodput_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
