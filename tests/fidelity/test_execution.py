@@ -147,7 +147,7 @@ def test_steps_longer_than_a_sample_are_held_whole(
 def test_an_eval_too_rare_for_a_default_sample_is_counted_over_longer_ones(
     tmp_path: Path, daemon: Daemon
 ) -> None:
-    # Samples of the default 0.2 s hold 8-16 steps of this job (13-25 ms each), and an eval
+    # Samples of the default 0.2 s hold 8-32 steps of this job (6-25 ms each), and an eval
     # every 30 steps once or not at all: counted in the step program's windows (about 100
     # steps, 3 or 4 evals), it came out 10-20 % off. The daemon asks for samples of 2.5 eval
     # periods, which hold two of its starts, between which it is counted exactly. Three
@@ -167,7 +167,9 @@ def test_an_eval_too_rare_for_a_default_sample_is_counted_over_longer_ones(
     job, truth = run_case(tmp_path, daemon, "eval_30", timeout=240, samples=6, ledger_env=env,
                           until=exact)  # fmt: skip
     asked = job.ledger.sample_seconds_asked
-    assert asked is not None and 0.5 < asked <= 5.0  # 2.5 periods of 30 steps of 13-25 ms
+    # Longer than configured, within the cap: 2.5 periods of 30 steps (6-25 ms a step, by
+    # toolchain and load), unless the byte cap cuts it.
+    assert asked is not None and float(env["XMON_LEDGER_DURATION"]) < asked <= 5.0, asked
     assert close(job.steps.flops_per_step, truth["flops_per_step"], 0.02)
 
 
