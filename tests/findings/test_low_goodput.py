@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from xmon.findings.goodput import FIXES, MIN_WALL_SECONDS, detect_low_goodput
+from xmon.findings.host_bound import SHARED_HOST_FIX
 from xmon.model import GOODPUT_BUCKETS, Goodput
 
 
@@ -61,3 +62,20 @@ def test_no_finding(goodput: Goodput, floor: float) -> None:
 
 def test_every_badput_bucket_has_a_fix() -> None:
     assert set(FIXES) == set(GOODPUT_BUCKETS) - {"productive"}
+
+
+def test_host_wait_on_a_host_other_processes_hold_is_the_host_s_doing() -> None:
+    # Measured: an MLP among four jobs on two cores, busy 0.44 of its steps, its threads
+    # waiting for a CPU. Prefetching would not help it; fewer processes per host would.
+    goodput = account(300.0, 0.43, productive=129.0, host_wait=162.0, startup=4.0, compile=5.0)
+    alone = detect_low_goodput(goodput, 0.0, 0.5)
+    shared = detect_low_goodput(goodput, 0.0, 0.5, shared_host=True)
+    assert alone is not None and shared is not None
+    assert (alone.severity, shared.severity) == ("warning", "info")
+    assert "prefetch" in alone.fix and shared.fix == SHARED_HOST_FIX
+    assert shared.summary.endswith("while the job's threads waited for a CPU other processes hold")
+    # another bucket is the job's own doing, shared host or not
+    compiling = account(600.0, 0.3, productive=180.0, compile=300.0, host_wait=120.0)
+    finding = detect_low_goodput(compiling, 0.0, 0.5, shared_host=True)
+    assert finding is not None and finding.severity == "warning"
+    assert "jax_compilation_cache_dir" in finding.fix

@@ -17,6 +17,7 @@ from xmon.model import (
     DaemonStats,
     DeviceInfo,
     DeviceMemory,
+    Goodput,
     HostSample,
     Job,
     JobDevice,
@@ -109,6 +110,10 @@ def test_steps_of_a_starved_job_are_not_judged() -> None:
 def test_the_tracker_judges_the_wait_over_recent_ticks() -> None:
     from xmon.findings.tracker import FindingsTracker
 
+    # 300 s of wall time, most of it waiting for the host: low goodput, judged like host_bound
+    goodput = Goodput(300.0, (("productive", 90.0), ("host_wait", 200.0), ("startup", 10.0)),
+                      0.3, 0.3, None, "host_wait")  # fmt: skip
+
     def last_kinds(waiting: float) -> list[str]:
         now = [0.0]
         tracker = FindingsTracker(clock=lambda: now[0], wall=lambda: now[0])
@@ -116,11 +121,13 @@ def test_the_tracker_judges_the_wait_over_recent_ticks() -> None:
         for tick in range(41):  # one tick in five (the last one too) it did not wait
             now[0] = tick * 0.5
             wait = 0.0 if tick % 5 == 0 else waiting
-            job = replace(_job((0.1,) * (50 + tick), 0.3, wait), compile=CompileStats(1))
+            job = replace(_job((0.1,) * (50 + tick), 0.3, wait), compile=CompileStats(1),
+                          goodput=goodput)  # fmt: skip
             (judged,) = tracker.annotate((job,), {}, None)
-            kinds = [x for f in judged.findings if f.kind == "host_bound"
+            kinds = [x for f in judged.findings if f.kind in ("host_bound", "low_goodput")
                      for x in (f.kind, f.severity)]  # fmt: skip
         return kinds
 
-    assert last_kinds(1.2) == ["host_bound", "info"]  # the last tick alone: a warning
-    assert last_kinds(0.0) == ["host_bound", "warning"]
+    # the last tick alone: warnings
+    assert last_kinds(1.2) == ["host_bound", "info", "low_goodput", "info"]
+    assert last_kinds(0.0) == ["host_bound", "warning", "low_goodput", "warning"]

@@ -8,6 +8,7 @@ daemon's ``goodput_floor`` (the alert XmonJobLowGoodput reads the same one from 
 
 from __future__ import annotations
 
+from xmon.findings.host_bound import SHARED_HOST_FIX
 from xmon.model import Finding, Goodput
 
 DEFAULT_FLOOR = 0.5
@@ -64,8 +65,11 @@ FIXES: dict[str, tuple[str, str]] = {
 
 
 def detect_low_goodput(
-    goodput: Goodput | None, since: float, floor: float = DEFAULT_FLOOR
+    goodput: Goodput | None, since: float, floor: float = DEFAULT_FLOOR, shared_host: bool = False
 ) -> Finding | None:
+    """``shared_host``: the job's threads wait for a CPU other processes hold
+    (xmon.findings.host_bound.on_shared_host). Host wait is then the host's doing, not the
+    job's: said at ``info``, with the host's fix, as host_bound says it."""
     if goodput is None or goodput.ratio is None or goodput.wall_seconds < MIN_WALL_SECONDS:
         return None
     if goodput.ratio >= floor or goodput.biggest_badput is None:
@@ -76,6 +80,9 @@ def detect_low_goodput(
     if share < MIN_BUCKET_SHARE:
         return None  # badput spread thin: no one fix to give
     what, fix = FIXES.get(bucket, (bucket, ""))
+    host_held = shared_host and bucket == "host_wait"
+    if host_held:
+        fix = SHARED_HOST_FIX
     evidence = [("goodput over the process's life", f"{goodput.ratio:.0%}")]
     if goodput.ratio_5m is not None:
         evidence.append(("goodput over the last 5 minutes", f"{goodput.ratio_5m:.0%}"))
@@ -85,9 +92,10 @@ def detect_low_goodput(
     )
     return Finding(
         kind="low_goodput",
-        severity="warning",
+        severity="info" if host_held else "warning",
         summary=f"goodput {goodput.ratio:.0%} (floor {floor:.0%}): {what} took "
-        f"{seconds:.0f} s, {share:.0%} of the wall time",
+        f"{seconds:.0f} s, {share:.0%} of the wall time"
+        + (", while the job's threads waited for a CPU other processes hold" if host_held else ""),
         since=since,
         subject=bucket,
         value=goodput.ratio,

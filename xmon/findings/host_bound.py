@@ -55,6 +55,15 @@ def others_busy_cores(job: Job, host: HostSample | None) -> float | None:
     return max(0.0, host.cpu_utilization_ratio * host.cpu_count - job_cores)
 
 
+def on_shared_host(job: Job, cpu_starved: bool | None, host: HostSample | None) -> bool:
+    """Whether the job's threads wait for a CPU that the host's other processes hold (an
+    oversubscribed host): its devices then idle for the host's sake, not the job's.
+    ``cpu_starved`` None judges the snapshot's own process sample."""
+    waits = starved(job.process) if cpu_starved is None else cpu_starved
+    others = others_busy_cores(job, host)
+    return waits and (others is None or others >= OTHERS_BUSY_CORES)
+
+
 def detect_host_bound(
     job: Job,
     since: float,
@@ -76,7 +85,7 @@ def detect_host_bound(
         return None
     waits = starved(job.process) if cpu_starved is None else cpu_starved
     others = others_busy_cores(job, host)
-    shared = waits and (others is None or others >= OTHERS_BUSY_CORES)
+    shared = on_shared_host(job, waits, host)
     waiting = 1.0 - busy
     summary = (
         f"the device waits for the host {100 * waiting:.0f} % of each step "
@@ -104,12 +113,12 @@ def detect_host_bound(
             *_process(job.process),
             *((("other processes' busy cores", f"{others:.2f}"),) if others is not None else ()),
         ),
-        fix=_SHARED_FIX if shared else _fix(job.process),
+        fix=SHARED_HOST_FIX if shared else _fix(job.process),
         value=waiting,
     )
 
 
-_SHARED_FIX = (
+SHARED_HOST_FIX = (
     "The host is oversubscribed: the job's threads wait for a core that other processes hold, "
     "so its device idles while its Python waits. Run fewer processes per host, give the job "
     "dedicated cores (taskset, a CPU limit on the others), or move the other work elsewhere."

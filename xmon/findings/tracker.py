@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xmon.findings.goodput import DEFAULT_FLOOR, detect_low_goodput
-from xmon.findings.host_bound import detect_host_bound, waits_for_cpu
+from xmon.findings.host_bound import detect_host_bound, on_shared_host, waits_for_cpu
 from xmon.findings.memory import (
     RESIDENT,
     STALE_READING_SECONDS,
@@ -137,7 +137,8 @@ class FindingsTracker:
                 leak = detect_leak(tuple(history.resident), job, host, 0.0, RESIDENT)
             found.append(leak)
         found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
-        found.append(detect_low_goodput(job.goodput, 0.0, self.goodput_floor))
+        shared_host = on_shared_host(job, _starved(history), host)
+        found.append(detect_low_goodput(job.goodput, 0.0, self.goodput_floor, shared_host))
         found.extend(detect_setup(job, now - history.first_seen, 0.0))
         return worst_first(self._dated([f for f in found if f is not None], history))
 
