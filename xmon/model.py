@@ -12,8 +12,10 @@ the field names here are also the keys of ``xmon monitor`` and of the subscribe 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -653,25 +655,52 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
     Unknown keys are ignored so an older view can read a newer daemon's snapshots.
     """
+    decoded: T = _decoder(typing.cast(type, cls))(data)
+    return decoded
+
+
+Decoder = Callable[[Any], Any]
+
+
+@functools.cache
+def _decoder(cls: type) -> Decoder:
+    """A decoder for one model class, built once from its type hints: resolving the hints
+    at every object took 90 % of decoding a 4,096-program snapshot (seconds, in a view that
+    decodes one a second)."""
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            kwargs[f.name] = _decode(hints[f.name], data[f.name])
-    return cls(**kwargs)
+    decoders = {f.name: _value_decoder(hints[f.name]) for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    plain = frozenset(name for name, decoder in decoders.items() if decoder is _same)
+    nested = tuple((name, decoder) for name, decoder in decoders.items() if decoder is not _same)
+
+    def decode(data: dict[str, Any]) -> Any:
+        kwargs = {name: value for name, value in data.items() if name in plain}
+        for name, decode_value in nested:
+            value = data.get(name)
+            if value is not None:
+                kwargs[name] = decode_value(value)
+            elif name in data:
+                kwargs[name] = None
+        return cls(**kwargs)
+
+    return decode
 
 
-def _decode(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _same(value: Any) -> Any:
+    return value
+
+
+def _value_decoder(hint: Any) -> Decoder:
+    """A decoder for one field's value (never None: callers pass None through)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _decode(options[0], value) if len(options) == 1 else value
+        return _value_decoder(options[0]) if len(options) == 1 else _same
     if origin is tuple:
         args = typing.get_args(hint)
-        item = args[0] if args else Any
-        return tuple(_decode(item, v) for v in value)
+        item = _value_decoder(args[0]) if args else _same
+        if item is _same:
+            return tuple
+        return lambda value: tuple(None if v is None else item(v) for v in value)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return from_dict(hint, value)
-    return value
+        return _decoder(hint)
+    return _same
