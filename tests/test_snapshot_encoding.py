@@ -6,6 +6,7 @@ and none may keep a job that has gone, nor may the exposition differ from promet
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import gzip
@@ -13,10 +14,12 @@ import json
 import time
 import weakref
 
+import pytest
 from prometheus_client.exposition import generate_latest
 from test_prometheus_exporter import snapshot, train_job
 
-from xmon.client import decode
+from xmon.client import RequestFailed, SnapshotReader, decode
+from xmon.daemon.hub import Frame, Hub
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
 from xmon.daemon.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
@@ -177,3 +180,70 @@ def test_release_after_streams_closed_frees_what_sits_in_cycles() -> None:
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_changes_name_the_programs_a_view_already_has_and_read_back_whole() -> None:
+    encoder = SnapshotEncoder()
+    jobs = tuple(dataclasses.replace(train_job(n_programs=600), pid=i) for i in range(3))
+    first = snapshot(jobs)
+    reader = SnapshotReader()
+    earlier = reader.read(encoder.encode(first))
+    assert earlier == first
+    assert encoder.changes is not None and decode(encoder.changes) == first  # nothing before
+    # job 1 gets a new rate; job 0 leaves; the others keep their program objects, job 2 moves
+    second = snapshot((_with_rate(jobs[1], 5, 77.0), jobs[2]), seq=2)
+    whole = encoder.encode(second)
+    changes = encoder.changes
+    assert changes is not None and len(changes.json) < 0.6 * len(whole.json)  # one job of two
+    plain = _plain(changes)
+    assert isinstance(plain, dict)
+    assert [j["programs"] for j in plain["jobs"]][1] == {"same_as_job": 2}
+    assert len(plain["jobs"][0]["programs"]) == 600  # changed: sent again
+    read = reader.read(changes)
+    assert read == second and read.jobs[1].programs is earlier.jobs[2].programs  # not decoded
+    # a view that was not sent the first cannot read the changes: a clear error, not a guess
+    with pytest.raises(RequestFailed, match="programs are those of a snapshot not read"):
+        SnapshotReader().read(changes)
+    assert decode(whole) == second
+
+
+@pytest.mark.parametrize(
+    "programs",
+    ['{"same_as_job": "0"}', '{"same_as_job": true}', '{"other": 1}', '{"same_as_job": -1}'],
+)
+def test_a_hostile_reference_to_earlier_programs_is_refused(programs: str) -> None:
+    reader = SnapshotReader()
+    reader.read(SnapshotEncoder().encode(snapshot((train_job(n_programs=2),))))
+    text = json.dumps(snapshot_to_dict(snapshot((train_job(n_programs=2),), seq=2)))
+    text = text.replace('"programs": [', f'"programs": {programs}, "was": [', 1)
+    with pytest.raises(RequestFailed, match="unusable"):
+        reader.read(xmon_pb2.SnapshotMessage(json=text.encode()))
+
+
+def test_a_hub_sends_changes_only_after_the_whole_frame_before() -> None:
+    hub = Hub(period_seconds=1.0)
+    view: asyncio.Queue[Frame] = asyncio.Queue(2)
+    hub.subscribers.add(view)
+    job = train_job(n_programs=300)
+    hub.publish(snapshot((job,), seq=1))
+    first = view.get_nowait()
+    assert first.changes is None  # no frame before it
+    hub.publish(snapshot((job,), seq=2))
+    second = view.get_nowait()
+    assert second.changes is not None and second.for_view(first.number) is second.changes
+    assert second.for_view(None) is second.whole  # a view that joins now
+    assert second.for_view(first.number - 1) is second.whole  # a view that skipped a frame
+    hub.subscribers.clear()
+    hub.publish(snapshot((job,), seq=3))  # not encoded: nobody reads it
+    hub.subscribers.add(view)
+    hub.publish(snapshot((job,), seq=4))
+    assert view.get_nowait().changes is None  # the frame before was never sent
+    hub.publish(snapshot((job,), seq=5))
+    assert view.get_nowait().changes is not None
+    hub.max_message_bytes = 2_000  # too small for the programs: trimmed
+    hub.publish(snapshot((job,), seq=6))
+    trimmed = view.get_nowait()
+    assert trimmed.changes is None
+    hub.max_message_bytes = 16 << 20
+    hub.publish(snapshot((job,), seq=7))
+    assert view.get_nowait().changes is None  # its views lack programs the encoder holds

@@ -5,12 +5,13 @@ Snapshots arrive as JSON of the one data model and are decoded back into ``xmon.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -127,11 +128,14 @@ class DaemonClient:
     def subscribe(self) -> Iterator[Snapshot]:
         """Snapshots as the daemon makes them, until the daemon goes away (raises)."""
         self.wait_ready()
-        request = xmon_pb2.SubscribeRequest(protocol_version=xmon_pb2.PROTOCOL_VERSION)
+        request = xmon_pb2.SubscribeRequest(
+            protocol_version=xmon_pb2.PROTOCOL_VERSION, changes_only=True
+        )
         stream = self._stub.Subscribe(request)
+        reader = SnapshotReader()
         try:
             for message in stream:
-                yield decode(message)
+                yield reader.read(message)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return
@@ -224,11 +228,54 @@ def gunzip(data: bytes, limit: int) -> bytes:
 def decode(message: xmon_pb2.SnapshotMessage) -> Snapshot:
     """A snapshot from the daemon: JSON, gzip-compressed when large (the daemon compresses
     snapshots of a quarter MiB and more, so that thousands of programs still fit a message)."""
-    payload = message.json
-    try:
-        if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
-            payload = gunzip(payload, MAX_SNAPSHOT_BYTES)
-        return snapshot_from_dict(json.loads(payload))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a bomb, not JSON, ...
-        # not a snapshot: one line for the view, never a traceback
-        raise RequestFailed("DATA_LOSS", f"the daemon's snapshot is unusable: {exc}") from None
+    return SnapshotReader().read(message)
+
+
+class SnapshotReader:
+    """Reads one stream's snapshots, whole or as changes from the one before it: a job whose
+    programs are those of the previous snapshot's job ``i`` comes as ``{"same_as_job": i}``
+    (``SubscribeRequest.changes_only``), and takes that job's programs, already decoded."""
+
+    def __init__(self) -> None:
+        self._previous: Snapshot | None = None
+
+    def read(self, message: xmon_pb2.SnapshotMessage) -> Snapshot:
+        payload = message.json
+        try:
+            if payload[:2] == GZIP_MAGIC:  # JSON never starts with this byte
+                payload = gunzip(payload, MAX_SNAPSHOT_BYTES)
+            data = json.loads(payload)
+            same = _programs_as_before(data)
+            snapshot = self._filled(snapshot_from_dict(data), same)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a bomb, not JSON, ...
+            # not a snapshot: one line for the view, never a traceback
+            raise RequestFailed("DATA_LOSS", f"the daemon's snapshot is unusable: {exc}") from None
+        self._previous = snapshot
+        return snapshot
+
+    def _filled(self, snapshot: Snapshot, same: dict[int, int]) -> Snapshot:
+        if not same:
+            return snapshot
+        before = self._previous.jobs if self._previous is not None else ()
+        jobs = list(snapshot.jobs)
+        for index, previous in same.items():
+            if not 0 <= previous < len(before):
+                raise ValueError(f"job {index}'s programs are those of a snapshot not read")
+            jobs[index] = dataclasses.replace(jobs[index], programs=before[previous].programs)
+        return dataclasses.replace(snapshot, jobs=tuple(jobs))
+
+
+def _programs_as_before(data: Any) -> dict[int, int]:
+    """The jobs of a snapshot's JSON whose programs are named, not sent: {index: index in the
+    snapshot before}. Their ``programs`` become empty, to be filled once decoded."""
+    same: dict[int, int] = {}
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    for index, job in enumerate(jobs if isinstance(jobs, list) else ()):
+        programs = job.get("programs") if isinstance(job, dict) else None
+        if isinstance(programs, dict):
+            previous = programs.get("same_as_job")
+            if type(previous) is not int:
+                raise ValueError(f"job {index}'s programs are neither a list nor named")
+            same[index] = previous
+            job["programs"] = []
+    return same

@@ -11,7 +11,7 @@ import grpc
 
 from xmon import __version__
 from xmon.daemon.capture import CaptureError, Profiler
-from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
+from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Frame, Hub, refuse_connection
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
 log = logging.getLogger("xmon.daemon")
@@ -40,23 +40,29 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
                     f"this daemon already streams to {hub.max_subscribers} views (max_subscribers)",
                 )
                 return
-            await self._stream_snapshots(context)
+            await self._stream_snapshots(context, request.changes_only)
         finally:
             hub.close_stream()
 
-    async def _stream_snapshots(self, context: grpc.aio.ServicerContext) -> None:
+    async def _stream_snapshots(
+        self, context: grpc.aio.ServicerContext, changes_only: bool = False
+    ) -> None:
         """Write each snapshot to the view; a view that takes none for
         ``subscriber_stall_seconds`` is cut off, so that the messages gRPC holds for views that
-        never read stay bounded."""
+        never read stay bounded. ``changes_only``: a job's programs unchanged since the frame
+        written before are named, not sent again (``Frame.for_view``)."""
         hub = self._hub
-        queue: asyncio.Queue[xmon_pb2.SnapshotMessage] = asyncio.Queue(SUBSCRIBER_BUFFER)
-        latest = hub.latest()
+        queue: asyncio.Queue[Frame] = asyncio.Queue(SUBSCRIBER_BUFFER)
+        latest = hub.latest_frame()
         if latest is not None:
             queue.put_nowait(latest)
         hub.subscribers.add(queue)
+        written: int | None = None  # the number of the frame written last
         try:
             while True:
-                message = await queue.get()
+                frame = await queue.get()
+                message = frame.for_view(written) if changes_only else frame.whole
+                written = frame.number
                 try:
                     await asyncio.wait_for(context.write(message), hub.subscriber_stall_seconds)
                 except TimeoutError:

@@ -58,9 +58,11 @@ class Hub:
     jobs: dict[int, JobState] = field(default_factory=dict)
     counters: IngestCounters = field(default_factory=IngestCounters)
     snapshot: Snapshot | None = None
-    _message: xmon_pb2.SnapshotMessage | None = None  # snapshot's encoding, made on demand
+    _frame: Frame | None = None  # snapshot's encoding, made on demand
+    _published: int = 0  # snapshots published: the number of the latest one's frame
+    _whole_base: int | None = None  # frame whose programs the encoder holds, sent untrimmed
     encoder: SnapshotEncoder = field(default_factory=SnapshotEncoder)  # one for every view
-    subscribers: set[asyncio.Queue[xmon_pb2.SnapshotMessage]] = field(default_factory=set)
+    subscribers: set[asyncio.Queue[Frame]] = field(default_factory=set)
     links: dict[int, AgentLink] = field(default_factory=dict)  # stream id -> command channel
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     collects_started: int = 0  # snapshots whose collection has begun
@@ -116,34 +118,63 @@ class Hub:
         """Hand a snapshot to the views. It is encoded only if a view wants it: an idle daemon
         with no view attached does not pay for JSON every period. ``collect`` (from
         ``begin_collect``) answers the fresh-snapshot requests made before it began."""
-        self.snapshot, self._message = snapshot, None
+        self.snapshot, self._frame = snapshot, None
+        self._published += 1
         if not self.subscribers and not (collect is not None and self.fresh_waiters):
             self.encoder.forget()  # no view reads: keep no encoded programs either
+            self._whole_base = None
             return
-        message = self.latest()
-        assert message is not None  # a snapshot was just set
+        frame = self.latest_frame()
+        assert frame is not None  # a snapshot was just set
         if collect is not None:
             waiting = []
             for asked, future in self.fresh_waiters:
                 if future.done():
                     continue
                 if asked < collect:
-                    future.set_result(message)
+                    future.set_result(frame.whole)
                 else:
                     waiting.append((asked, future))
             self.fresh_waiters = waiting
         for queue in self.subscribers:
             if queue.full():  # a slow view skips frames instead of growing memory
                 queue.get_nowait()
-            queue.put_nowait(message)
+            queue.put_nowait(frame)
 
     def latest(self) -> xmon_pb2.SnapshotMessage | None:
-        if self._message is None and self.snapshot is not None:
-            self._message, left_out = fitting_snapshot(
+        frame = self.latest_frame()
+        return frame.whole if frame is not None else None
+
+    def latest_frame(self) -> Frame | None:
+        if self._frame is None and self.snapshot is not None:
+            number = self._published
+            message, left_out = fitting_snapshot(
                 self.snapshot, self.max_message_bytes, self.encoder
             )
             self.budget.refuse("snapshot_programs", left_out)
-        return self._message
+            # Changes hold only from a whole predecessor: a trimmed frame's views lack programs
+            # the encoder holds, and a frame never encoded was never sent.
+            changes = self.encoder.changes if self._whole_base == number - 1 else None
+            self._whole_base = number if not left_out else None
+            self._frame = Frame(number, message, changes if not left_out else None)
+        return self._frame
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One published snapshot for views: ``whole``, and ``changes`` from frame ``number - 1``
+    (unchanged programs named by the job that had them there; xmon.daemon.snapshot_encoding)
+    for a view that was sent that frame, or None where there is none to send."""
+
+    number: int
+    whole: xmon_pb2.SnapshotMessage
+    changes: xmon_pb2.SnapshotMessage | None = None
+
+    def for_view(self, previous: int | None) -> xmon_pb2.SnapshotMessage:
+        """What a view asking for changes gets, ``previous`` being the frame it was sent last."""
+        if self.changes is not None and previous == self.number - 1:
+            return self.changes
+        return self.whole
 
 
 def fitting_snapshot(

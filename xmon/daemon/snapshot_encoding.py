@@ -17,6 +17,7 @@ import gzip
 import json
 import operator
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xmon.model import Job, Program, Snapshot, snapshot_to_dict
@@ -51,17 +52,28 @@ class _Encoded:
 
 
 class SnapshotEncoder:
-    """Encodes snapshots for views, keeping each job's encoded programs while they last."""
+    """Encodes snapshots for views, keeping each job's encoded programs while they last.
+
+    Each remembered encoding also yields ``changes``: the same snapshot where a job's programs
+    are the very objects of the previously remembered one, given as ``{"same_as_job": i}`` (the
+    job's index in that snapshot) instead of the list. A view that read the previous one reads
+    this one whole from it (``xmon.client.SnapshotReader``), without the catalogue of every
+    job every period (xmon.proto ``SubscribeRequest.changes_only``).
+    """
 
     def __init__(self) -> None:
         # A placeholder string no snapshot holds: it marks where a job's programs go.
         self._token = f"xmon-programs-{uuid.uuid4().hex}-"
-        self._cache: dict[tuple[int, ...], _Encoded] = {}
+        # identity of a job's programs -> (that job's index in the remembered snapshot, text)
+        self._cache: dict[tuple[int, ...], tuple[int, _Encoded]] = {}
         self.programs_encoded = 0  # programs converted (not reused) so far: for tests
+        # The last remembered snapshot's changes from the one remembered before it.
+        self.changes: xmon_pb2.SnapshotMessage | None = None
 
     def encode(self, snapshot: Snapshot, remember: bool = True) -> xmon_pb2.SnapshotMessage:
         """The snapshot as JSON, gzip-compressed when large. ``remember`` false (a trimmed
-        copy of the latest snapshot) reuses encoded programs but keeps none of its own."""
+        copy of the latest snapshot) reuses encoded programs but keeps none of its own, and
+        makes no ``changes``."""
         jobs = snapshot.jobs
         outline = snapshot_to_dict(
             dataclasses.replace(
@@ -71,31 +83,53 @@ class SnapshotEncoder:
         for i, job in enumerate(outline["jobs"]):
             job["programs"] = f"{self._token}{i}"
         parts = _dumps(outline).encode().split(f'"{self._token}'.encode())
-        encoded = [self._programs(job) for job in jobs]
+        found = [self._programs(job) for job in jobs]
+        encoded = [e for _, e in found]
+        message = _message(snapshot, parts, encoded)
         if remember:
-            self._cache = {_key(e.programs): e for e in encoded}
-        # parts: the text before job 0's programs, then "<i>\"" + the text up to the next job's
-        pieces: list[tuple[bytes, _Encoded | None]] = [(parts[0], None)]
-        for i, part in enumerate(parts[1:]):
-            pieces += [(b"", encoded[i]), (part[len(f'{i}"') :], None)]
-        size = sum(len(text) + (len(e.text) if e else 0) for text, e in pieces)
-        if size < GZIP_FROM_BYTES:
-            payload = b"".join(e.text if e else text for text, e in pieces)
-        else:
-            payload = b"".join(_members(pieces))
-        return xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
+            self._cache = {_key(e.programs): (i, e) for i, e in enumerate(encoded)}
+            same = [
+                _dumps({"same_as_job": before}).encode() if before is not None else e
+                for before, e in found
+            ]
+            unchanged = any(before is not None for before, _ in found)
+            self.changes = _message(snapshot, parts, same) if unchanged else message
+        return message
 
     def forget(self) -> None:
         """Keep no encoded programs (no view reads snapshots now)."""
         self._cache = {}
+        self.changes = None
 
-    def _programs(self, job: Job) -> _Encoded:
+    def _programs(self, job: Job) -> tuple[int | None, _Encoded]:
+        """The job's programs encoded, and where they were the remembered snapshot's: the
+        index of the job that had them (None: new, or no programs)."""
         cached = self._cache.get(_key(job.programs))
         if cached is not None:
-            return cached
+            before, encoded = cached
+            return (before if job.programs else None), encoded
         self.programs_encoded += len(job.programs)
         text = _dumps([program_dict(p) for p in job.programs]).encode()
-        return _Encoded(job.programs, text)
+        return None, _Encoded(job.programs, text)
+
+
+def _message(
+    snapshot: Snapshot, parts: list[bytes], programs: Sequence[_Encoded | bytes]
+) -> xmon_pb2.SnapshotMessage:
+    """The outline's ``parts`` joined around each job's ``programs`` (encoded, or a text that
+    stands for them), compressed when large."""
+    # parts: the text before job 0's programs, then "<i>\"" + the text up to the next job's
+    pieces: list[tuple[bytes, _Encoded | None]] = [(parts[0], None)]
+    for i, part in enumerate(parts[1:]):
+        job = programs[i]
+        pieces += [(b"", job) if isinstance(job, _Encoded) else (job, None)]
+        pieces.append((part[len(f'{i}"') :], None))
+    size = sum(len(text) + (len(e.text) if e else 0) for text, e in pieces)
+    if size < GZIP_FROM_BYTES:
+        payload = b"".join(e.text if e else text for text, e in pieces)
+    else:
+        payload = b"".join(_members(pieces))
+    return xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
 
 
 def _key(programs: tuple[Program, ...]) -> tuple[int, ...]:

@@ -526,10 +526,12 @@ class DaemonMessage(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., command: _Optional[_Union[DaemonCommand, _Mapping]] = ..., prove: _Optional[_Union[ProveProcess, _Mapping]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("protocol_version",)
+    __slots__ = ("protocol_version", "changes_only")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_ONLY_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
-    def __init__(self, protocol_version: _Optional[int] = ...) -> None: ...
+    changes_only: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., changes_only: _Optional[bool] = ...) -> None: ...
 
 class SnapshotMessage(_message.Message):
     __slots__ = ("schema_version", "json")
