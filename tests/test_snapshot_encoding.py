@@ -16,7 +16,6 @@ import weakref
 
 import pytest
 from prometheus_client.exposition import generate_latest
-from test_prometheus_exporter import snapshot, train_job
 
 from xmon.client import RequestFailed, SnapshotReader, decode
 from xmon.daemon.hub import Frame, Hub
@@ -26,9 +25,11 @@ from xmon.daemon.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
 from xmon.execution.samples import SampleReading
 from xmon.exporters.prometheus import MetricsEndpoint, SnapshotCollector
 from xmon.exporters.prometheus_programs import ProgramSeriesCache
-from xmon.model import Job, snapshot_to_dict
+from xmon.model import Job, Snapshot, from_dict, snapshot_to_dict
 from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2
+
+from test_prometheus_exporter import snapshot, train_job
 
 
 def _with_rate(job: Job, index: int, rate: float) -> Job:
@@ -247,3 +248,15 @@ def test_a_hub_sends_changes_only_after_the_whole_frame_before() -> None:
     hub.max_message_bytes = 16 << 20
     hub.publish(snapshot((job,), seq=7))
     assert view.get_nowait().changes is None  # its views lack programs the encoder holds
+
+
+def test_a_view_reads_a_newer_daemon_s_fields_and_an_older_one_s_gaps() -> None:
+    whole = snapshot((train_job(n_programs=3),))
+    data = snapshot_to_dict(whole)
+    data["jobs"][0]["programs"][1]["from_a_newer_daemon"] = 1.5  # unknown: left out
+    del data["jobs"][0]["goodput"]  # an older daemon's: the default
+    before = json.dumps(data)
+    read = from_dict(Snapshot, data)
+    assert json.dumps(data) == before  # the caller's dict is not changed
+    assert read.jobs[0].programs == whole.jobs[0].programs and read.jobs[0].goodput is None
+    assert isinstance(read.jobs[0].programs[1].program_ids, tuple)

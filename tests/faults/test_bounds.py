@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
-from test_prometheus_exporter import snapshot, train_job
 
 from xmon.client import decode
 from xmon.daemon import memory
@@ -29,6 +28,7 @@ from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.proto import xmon_pb2
 
 from flood_attacks import padded, slow_metrics_clients, varint
+from test_prometheus_exporter import snapshot, train_job
 
 
 def _hello(pid: int = 1, devices: int = 0) -> xmon_pb2.AgentHello:
