@@ -16,7 +16,7 @@ import pytest
 
 from procs import REPO, base_env
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.e2e]  # a JAX job in its own process
 
 SCRIPT = r"""
 import json, jax, jax.numpy as jnp, xmon

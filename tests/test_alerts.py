@@ -33,6 +33,7 @@ def promtool(*args: str, cwd: Path = RULES.parent) -> subprocess.CompletedProces
                           timeout=120)  # fmt: skip
 
 
+@pytest.mark.e2e
 @needs_promtool
 def test_promtool_check_rules() -> None:
     result = promtool("check", "rules", str(RULES))
@@ -40,12 +41,14 @@ def test_promtool_check_rules() -> None:
     assert f"SUCCESS: {len(ALERTS) + len(RECORDS)} rules found" in result.stdout
 
 
+@pytest.mark.e2e
 @needs_promtool
 def test_promtool_unit_tests_pass() -> None:
     result = promtool("test", "rules", RULE_TESTS.name)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 @needs_promtool
 def test_unit_tests_fail_when_a_threshold_drifts(tmp_path: Path) -> None:
     """The unit tests pin the thresholds: a looser rule file makes them fail."""

@@ -50,6 +50,7 @@ def test_config_and_job_flags_are_spelled_alike() -> None:
     assert set(SUBCOMMANDS) == set(parsers)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -88,6 +89,7 @@ def test_capture_lines_say_what_was_recorded_and_how_long_the_request_took() -> 
     )
 
 
+@pytest.mark.e2e
 def test_an_unwritable_logdir_is_refused_at_start(tmp_path: Path) -> None:
     """Not accepted at start and warned about only when a job attaches."""
     blocker = tmp_path / "file"

@@ -17,6 +17,7 @@ from procs import start_daemon
 GLIBC = platform.libc_ver()[0] == "glibc"
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not GLIBC, reason="glibc only")
 def test_arena_cap_applies_before_threads_and_trim_releases_freed_pages() -> None:
     script = (
@@ -63,6 +64,7 @@ def _link(fd: Path) -> str:
         return ""
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(sys.platform != "linux", reason="gRPC's epoll poller is Linux's")
 @pytest.mark.skipif("GRPC_POLL_STRATEGY" in os.environ, reason="a poller is chosen for all")
 def test_a_real_daemon_serves_its_socket_without_grpc_s_epoll_poller(tmp_path: Path) -> None:

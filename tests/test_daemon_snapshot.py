@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from xmon.config import DaemonConfig
 from xmon.daemon.jobs import JobState
 from xmon.daemon.service import Daemon
@@ -95,6 +97,7 @@ def test_a_tick_only_tensorboard_reads_polls_no_chip_the_jobs_do_not_hold(
             daemon.runner.close()
 
 
+@pytest.mark.e2e
 def test_a_one_off_scrape_gets_readings_taken_for_it(tmp_path: Path) -> None:
     """No scraper rhythm, no view: the daemon reads no collector between ticks, and a `curl`
     must still get new readings, not the ones from the daemon's start."""

@@ -40,6 +40,7 @@ def scrape(port: int) -> str:
         return str(response.read().decode())
 
 
+@pytest.mark.e2e
 def test_demo_shows_live_metrics_and_another_shell_finds_it(tmp_path: Path) -> None:
     env = shell_env(tmp_path)
     port = free_port()
@@ -96,6 +97,7 @@ def test_demo_beside_a_running_daemon_uses_a_socket_of_its_own(
     assert demo_socket(str(own), own.parent) == (own, False)
 
 
+@pytest.mark.e2e
 def test_demo_with_a_busy_metrics_port_says_so(tmp_path: Path) -> None:
     env = shell_env(tmp_path)
     with socket.socket() as taken:

@@ -108,6 +108,7 @@ K8S_TARGETS = [{"targets": ["127.0.0.1:1"], "labels": {
     "__meta_kubernetes_node_label_cloud_google_com_gke_tpu_topology": "4x4"}}]  # fmt: skip
 
 
+@pytest.mark.e2e
 @needs_promtool
 @pytest.mark.parametrize("path", PROMETHEUS_CONFIGS, ids=lambda p: p.stem)
 def test_promtool_check_config(tmp_path: Path, path: Path) -> None:

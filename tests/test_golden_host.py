@@ -66,6 +66,7 @@ def promtool_clean(text: str) -> None:
     assert result.returncode == 0 and not result.stdout + result.stderr, result.stderr
 
 
+@pytest.mark.e2e
 def test_v5e_4_host(fakes: Fakes, tmp_path: Path) -> None:
     """One JAX process on four v5e chips, metrics at an address given in the config."""
     fake = fakes(scenario("v5e", 4))
@@ -78,6 +79,7 @@ def test_v5e_4_host(fakes: Fakes, tmp_path: Path) -> None:
     check_golden("v5e-4", masked(text, [fake]))
 
 
+@pytest.mark.e2e
 def test_v6e_8_multislice_host(fakes: Fakes, tmp_path: Path) -> None:
     """Two processes with four v6e chips each, serving on the ports their environment names."""
     servers = [fakes(scenario("v6e", 4, multislice=True)) for _ in range(2)]

@@ -317,6 +317,7 @@ def test_truncated_fixtures_never_raise(name: str) -> None:
         assert 0.0 <= flops <= expected
 
 
+@pytest.mark.e2e
 def test_module_does_not_import_jax() -> None:
     code = "import sys, xmon.hlo; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -72,6 +72,7 @@ def test_own_process_sample() -> None:
     assert collector.tracked_pids == (pid,)
 
 
+@pytest.mark.e2e
 def test_dead_pid_is_skipped_silently() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
@@ -81,6 +82,7 @@ def test_dead_pid_is_skipped_silently() -> None:
     assert collector.tracked_pids == (os.getpid(),)
 
 
+@pytest.mark.e2e
 def test_pid_that_dies_or_leaves_is_dropped() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

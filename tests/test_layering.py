@@ -13,6 +13,8 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SOURCES = {"xmon": REPO / "xmon"}
 # `import xmon; xmon.attach()` is the public face of the agent: the package imports the agent
@@ -118,6 +120,7 @@ def test_every_package_is_in_the_distribution() -> None:
     assert packages <= listed, sorted(packages - listed)
 
 
+@pytest.mark.e2e
 def test_ruff_finds_nothing() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
@@ -135,12 +138,14 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_the_layers_hold_and_only_the_agent_imports_jax() -> None:
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "2 kept, 0 broken" in result.stdout, result.stdout[-3000:]
 
 
+@pytest.mark.e2e
 def test_the_contracts_catch_an_import_up_the_layers_and_jax_outside_the_agent(
     tmp_path: Path,
 ) -> None:

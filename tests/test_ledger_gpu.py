@@ -60,6 +60,7 @@ def series(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+@pytest.mark.e2e
 def test_the_ledger_counts_what_ran_on_the_gpu(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path / "daemon")
     out, stop = tmp_path / "job.json", tmp_path / "job.stop"

@@ -456,6 +456,7 @@ def test_truncated_text_never_raises() -> None:
     assert isinstance(loop_cost(None, fake_xla_cost), LoopCost)  # type: ignore[arg-type]
 
 
+@pytest.mark.e2e
 def test_module_does_not_import_jax() -> None:
     code = "import sys, xmon.execution.loop_cost; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -536,6 +537,7 @@ def test_a_cut_module_proto_is_accepted_by_xla_and_keeps_only_what_it_runs() -> 
     assert module.with_entry("no such computation") is None
 
 
+@pytest.mark.e2e
 def test_the_proto_reader_does_not_import_jax() -> None:
     code = "import sys, xmon.hlo.proto; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -176,6 +176,7 @@ def picked(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**{k: d[k] for k in keys}, "pid": d["processes"][0]["pid"]} for d in data]
 
 
+@pytest.mark.e2e
 def test_direct_json(fakes: Fakes, tmp_path: Path) -> None:
     fake = fakes(scenario("v5e", 4))
     result = ls("--json", env=fixture_env(tmp_path, V5E, fake.address))
@@ -186,6 +187,7 @@ def test_direct_json(fakes: Fakes, tmp_path: Path) -> None:
     assert data[0]["processes"][0]["command"] == "python3 train.py --config llama.yaml"
 
 
+@pytest.mark.e2e
 def test_direct_table_with_flags(fakes: Fakes, tmp_path: Path) -> None:
     fake = fakes(scenario("v6e", 8))
     root = FIXTURES / "v6e-8"
@@ -200,6 +202,7 @@ def test_direct_table_with_flags(fakes: Fakes, tmp_path: Path) -> None:
     assert lines[-1].split()[-4:] == ["python3", "serve.py", "--rank", "1"]
 
 
+@pytest.mark.e2e
 def test_no_accelerator(tmp_path: Path) -> None:
     env = fixture_env(tmp_path, FIXTURES / "none")
     result = ls(env=env)
@@ -210,6 +213,7 @@ def test_no_accelerator(tmp_path: Path) -> None:
     assert result.stderr.startswith("no TPU/GPU found;")
 
 
+@pytest.mark.e2e
 def test_chips_but_no_job_serving_metrics(tmp_path: Path) -> None:
     result = ls("--json", env=fixture_env(tmp_path, V5E))  # libtpu's default: localhost:8431
     assert result.returncode == 0
@@ -219,6 +223,7 @@ def test_chips_but_no_job_serving_metrics(tmp_path: Path) -> None:
     assert "TPU_RUNTIME_METRICS_PORTS" in result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "message"),
     [(("--tpu-metrics-address", "nohost"), "--tpu-metrics-address: expected HOST:PORT"),
@@ -234,6 +239,7 @@ def test_bad_settings_are_one_line_errors(
     assert result.stderr.startswith("xmon ls: ") and "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 def test_dead_socket_falls_back_to_direct(tmp_path: Path) -> None:
     env = fixture_env(tmp_path, FIXTURES / "none")
     Path(env["XMON_SOCKET"]).write_text("")  # left behind by a daemon that died
@@ -242,6 +248,7 @@ def test_dead_socket_falls_back_to_direct(tmp_path: Path) -> None:
     assert "no daemon answers" in result.stderr and "reading the hardware directly" in result.stderr
 
 
+@pytest.mark.e2e
 def test_through_the_daemon(fakes: Fakes, tmp_path: Path) -> None:
     fake = fakes(scenario("v5e", 4))
     env = fixture_env(tmp_path, V5E, fake.address)

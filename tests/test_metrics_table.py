@@ -63,6 +63,7 @@ def test_checked_in_docs_match_the_table() -> None:
     )
 
 
+@pytest.mark.e2e
 def test_module_main_prints_the_docs() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "xmon.metrics"], check=True, capture_output=True, text=True

@@ -122,6 +122,7 @@ def xmon(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=base_env())
 
 
+@pytest.mark.e2e
 def test_no_daemon_is_one_clear_line_and_exit_1(tmp_path: Path) -> None:
     result = xmon("monitor", "--once", "--socket", str(tmp_path / "absent.sock"))
     assert result.returncode == 1
@@ -130,6 +131,7 @@ def test_no_daemon_is_one_clear_line_and_exit_1(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e
 def test_bad_flag_is_a_clear_error(tmp_path: Path) -> None:
     result = xmon("monitor", "--groups", "gpu", "--socket", str(tmp_path / "absent.sock"))
     assert result.returncode == 2

@@ -109,6 +109,7 @@ def test_without_nvidia_ml_py_the_collector_is_absent(monkeypatch: pytest.Monkey
     assert collector.collect(CollectContext(monotonic=0.0)) == CollectorOutput(present=False)
 
 
+@pytest.mark.e2e
 def test_without_the_nvml_library_pynvml_is_never_imported() -> None:
     if nvml_library_loads():
         pytest.skip(f"{NVML_LIBRARY} loads on this machine")
@@ -156,6 +157,7 @@ def test_registered_enabled_by_default_and_absent_in_the_runner() -> None:
     assert (health.name, health.up, health.present, health.errors_total) == ("nvml", True, False, 0)
 
 
+@pytest.mark.e2e
 def test_daemon_reports_nvml_absent_cleanly(daemon: Daemon) -> None:
     def nvml_lines() -> list[str]:
         lines = [line for line in daemon.scrape().splitlines() if 'collector="nvml"' in line]
@@ -418,6 +420,7 @@ def test_nvml_and_pjrt_memory_of_a_job_side_by_side() -> None:
     ]
 
 
+@pytest.mark.e2e
 def test_promtool_check_metrics_is_clean() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:

@@ -42,6 +42,7 @@ def _gpu_count() -> int:
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.e2e,  # nvidia-smi, as the reference
     pytest.mark.skipif(_gpu_count() == 0, reason="needs an NVIDIA GPU, its driver and nvidia-smi"),
 ]
 

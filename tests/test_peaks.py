@@ -202,6 +202,7 @@ def test_ridge_point(peak: Peak | None, expected: float | None) -> None:
     assert ridge_point(peak) == (None if expected is None else pytest.approx(expected))
 
 
+@pytest.mark.e2e
 def test_module_does_not_import_jax() -> None:
     import subprocess
     import sys

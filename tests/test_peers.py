@@ -104,6 +104,7 @@ def sleeper() -> Iterator[int]:
     proc.wait()
 
 
+@pytest.mark.e2e
 @linux_only
 def test_a_process_holding_a_connection_is_verified_and_others_refuted(
     listener: Listener, holder: subprocess.Popen[str], sleeper: int
@@ -144,6 +145,7 @@ def test_a_thread_id_is_not_a_process(listener: Listener) -> None:
         client.close()
 
 
+@pytest.mark.e2e
 @linux_only
 def test_a_pid_with_no_process_is_refuted(listener: Listener) -> None:
     """Every connection's client is known (its credentials), so a pid none of them has is
@@ -159,6 +161,7 @@ def _unreadable(*args: object) -> list[peers.Peer]:
     raise peers.Undecided("cannot list /proc/self/fd: Permission denied")
 
 
+@pytest.mark.e2e
 def test_without_its_descriptors_a_claim_cannot_be_decided(
     listener: Listener, holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,6 +170,7 @@ def test_without_its_descriptors_a_claim_cannot_be_decided(
     assert check == peers.PidCheck(Verdict.UNKNOWN, "cannot list /proc/self/fd: Permission denied")
 
 
+@pytest.mark.e2e
 @linux_only
 def test_checks_are_decided_with_hundreds_of_connections_on_the_socket(
     listener: Listener, holder: subprocess.Popen[str], sleeper: int

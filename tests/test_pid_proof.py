@@ -56,6 +56,7 @@ def test_a_token_shown_by_any_thread_of_the_process_counts() -> None:
         thread.join()
 
 
+@pytest.mark.e2e
 def test_no_other_process_can_name_a_thread_of_this_one() -> None:
     """What the proof stands on: the kernel lets only the process itself set its threads'
     names: another process, of the same user or root (as this test runs in CI), gets

@@ -218,6 +218,7 @@ def test_programs_bad_requests(live, args, message) -> None:
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
 
 
+@pytest.mark.e2e
 def test_no_daemon_is_one_clear_line(tmp_path: Path) -> None:
     import subprocess
     import sys

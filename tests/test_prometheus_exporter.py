@@ -592,6 +592,7 @@ def test_endpoint_renders_once_per_update() -> None:
 # --- promtool --------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_promtool_check_metrics_is_clean() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -777,6 +778,7 @@ def _eventually_status(url: str, status: int, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.e2e
 def test_exporter_does_not_import_jax() -> None:
     code = "import sys, xmon.exporters.prometheus; assert 'jax' not in sys.modules, 'jax'"
     subprocess.run([sys.executable, "-c", code], check=True)

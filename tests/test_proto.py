@@ -42,6 +42,7 @@ def _protoc(tmp_path: Path, *outputs: str, proto: str = PROTO) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("proto", "module", "regenerate"),
     [
@@ -93,6 +94,7 @@ def test_checked_in_type_stubs_declare_every_message_and_field(
         check(message, "")
 
 
+@pytest.mark.e2e
 def test_checked_in_grpc_stubs_match_the_proto(tmp_path: Path) -> None:
     _protoc(tmp_path, f"--grpc_python_out={tmp_path}")
     fresh = (tmp_path / "xmon/proto/xmon_pb2_grpc.py").read_text()
@@ -108,6 +110,7 @@ def test_services_and_version() -> None:
     assert methods == {"Connect"}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "module",
     [

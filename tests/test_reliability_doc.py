@@ -14,6 +14,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "reliability.md"
 TOTALS_ROW = re.compile(r"^\| `(tests/[\w/]+\.py)` \| (\d+) \| (\d+) \| (\d+) \|", re.MULTILINE)
@@ -39,6 +41,7 @@ def test_every_test_the_page_names_exists() -> None:
     assert not [p for p in paths if not (REPO / p).exists()], paths
 
 
+@pytest.mark.e2e
 def test_the_totals_count_what_pytest_collects() -> None:
     text = DOC.read_text()
     rows = {path: (int(tried), int(passed), int(lost)) for path, tried, passed, lost

@@ -63,12 +63,14 @@ def analyze(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120)  # fmt: skip
 
 
+@pytest.mark.e2e
 @needs_analyze
 def test_unit_verifies(unit: Path) -> None:
     result = analyze("verify", str(unit))
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
+@pytest.mark.e2e
 @needs_analyze
 @pytest.mark.parametrize(
     ("old", "new", "message"),
@@ -89,6 +91,7 @@ def test_verify_catches_a_broken_unit(
     assert message in result.stderr, result.stderr
 
 
+@pytest.mark.e2e
 @needs_analyze
 def test_exposure_is_at_most_2(unit: Path) -> None:
     result = analyze("--offline=true", "--threshold=20", "security", str(unit))
@@ -119,6 +122,7 @@ def test_directories_match_the_daemon_defaults() -> None:
     assert str(paths.DEFAULT_CONFIG_PATH) == "/etc/xmon/xmon.toml"  # ConfigurationDirectory
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="no systemd-sysusers")
 def test_sysusers_creates_the_xmon_user(tmp_path: Path) -> None:
     result = subprocess.run(["systemd-sysusers", f"--root={tmp_path}", "--dry-run", str(SYSUSERS)],
@@ -167,6 +171,7 @@ def install(*args: str, user: int | None = None) -> subprocess.CompletedProcess[
                           capture_output=True, text=True, timeout=60, user=user)  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_a_venv_whose_python_lives_under_home_is_refused(outside_the_sandbox: Path) -> None:
     """pyenv, uv and conda keep their Pythons under the home directory; a venv made with one
     under /opt links its python there, and its standard library is there: the unit then
@@ -184,6 +189,7 @@ def test_a_venv_whose_python_lives_under_home_is_refused(outside_the_sandbox: Pa
     assert str(base) in result.stderr or ".pyenv" in result.stderr, result.stderr
 
 
+@pytest.mark.e2e
 @installable
 def test_dry_run_lists_every_step_and_writes_nothing(system_venv_xmon: Path) -> None:
     """The install the refusal's hint names passes (a venv of the system's Python)."""
@@ -202,6 +208,7 @@ def test_dry_run_lists_every_step_and_writes_nothing(system_venv_xmon: Path) -> 
     assert f"ExecStart={system_venv_xmon} daemon" in lines
 
 
+@pytest.mark.e2e
 @needs_analyze
 @installable
 def test_root_stages_a_verifiable_unit_and_keeps_the_config(
@@ -220,6 +227,7 @@ def test_root_stages_a_verifiable_unit_and_keeps_the_config(
     assert config.read_text() == "period_seconds = 5.0\n"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -257,6 +265,7 @@ def test_an_xmon_under_tmp_is_refused(tmp_path: Path, where: str) -> None:
         check_reachable(script)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
 def test_not_root_is_a_clear_error() -> None:
     try:
@@ -269,6 +278,7 @@ def test_not_root_is_a_clear_error() -> None:
     assert "must run as root: sudo xmon install-service" in result.stderr, result.stderr
 
 
+@pytest.mark.e2e
 @installable
 def test_not_booted_with_systemd_is_a_clear_error(system_venv_xmon: Path) -> None:
     if Path("/run/systemd/system").is_dir() or os.geteuid() != 0:

@@ -132,6 +132,7 @@ def test_an_unusable_logdir_raises_to_the_caller(tmp_path: Path) -> None:
         tb_events.EventFile(blocker / "run")
 
 
+@pytest.mark.e2e
 def test_the_exporter_does_not_import_numpy() -> None:
     code = ("import sys, xmon.exporters.tensorboard; assert 'numpy' not in sys.modules, "
             "sorted(m for m in sys.modules if m.startswith('numpy'))")  # fmt: skip

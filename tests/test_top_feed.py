@@ -102,6 +102,7 @@ print(",".join(heavy))
 """
 
 
+@pytest.mark.e2e
 def test_views_do_not_import_jax() -> None:
     result = subprocess.run(
         [sys.executable, "-c", VIEWS_WITHOUT_JAX],

@@ -87,6 +87,7 @@ def rows(output: str, title: str, cells: str) -> list[tuple[str, ...]]:
     return re.findall(r"^\|\s*" + cells + r"\s*\|?\s*$", section, re.MULTILINE)
 
 
+@pytest.mark.e2e
 def test_same_hbm_usage_and_duty_cycle(fake: FakeLibtpu, tpu_info_output: str) -> None:
     theirs = rows(tpu_info_output, "TPU Runtime Utilization",
                   r"(\d+)\s*\|\s*([\d.]+) GiB / ([\d.]+) GiB\s*\|\s*([\d.]+)%")  # fmt: skip
@@ -108,6 +109,7 @@ def test_same_hbm_usage_and_duty_cycle(fake: FakeLibtpu, tpu_info_output: str) -
     assert len({used for _, used, _, _ in ours}) == 4  # four different numbers were compared
 
 
+@pytest.mark.e2e  # the module's fixture starts processes
 def test_same_chips_and_owner(tpu_info_output: str) -> None:
     chips = rows(
         tpu_info_output, "TPU Chips", r"(/dev/vfio/\d+)\s*\|\s*TPU v5e chip\s*\|\s*1\s*\|\s*(\S+)"
@@ -115,6 +117,7 @@ def test_same_chips_and_owner(tpu_info_output: str) -> None:
     assert chips == [(f"/dev/vfio/{i}", "4242") for i in range(4)], tpu_info_output
 
 
+@pytest.mark.e2e  # the module's fixture starts processes
 def test_same_buffer_transfer_latency_percentiles(fake: FakeLibtpu, tpu_info_output: str) -> None:
     us = r"\s*\|\s*([\d.]+) us"
     theirs = rows(tpu_info_output, "TPU Buffer Transfer Latency", r"(\S+)" + us * 4)

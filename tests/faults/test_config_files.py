@@ -31,6 +31,7 @@ def _fifo(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -47,6 +48,7 @@ def test_one_line_and_exit_2(tmp_path: Path, make: object, message: str) -> None
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.e2e
 def test_a_huge_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "huge.toml"
     path.write_text("# padding\n" * 200_000)

@@ -24,6 +24,7 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.e2e
 def test_nobody_listening() -> None:
     line = one_line_error(fleet("--prometheus", f"http://127.0.0.1:{free_port()}"))
     assert "cannot reach Prometheus" in line
@@ -35,6 +36,7 @@ def test_an_http_server_that_is_not_prometheus(daemon: Daemon) -> None:
     assert f"127.0.0.1:{daemon.metrics_port}" in line
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "says"),
     [(["--prometheus", "localhost:9090"], "not an http(s) URL"),

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from loopback_http import QuietHandler, serving
 from test_top_app import screen_text, sees, top, until
 
@@ -112,6 +113,7 @@ def _fleet(url: str) -> subprocess.CompletedProcess[str]:
     return _xmon("fleet", "--prometheus", url)
 
 
+@pytest.mark.e2e
 def test_fleet_gives_up_on_a_prometheus_that_answers_a_byte_at_a_time() -> None:
     """Each read came within the socket's timeout, so the query never ended."""
     with _prometheus(slow=True) as url:
@@ -123,6 +125,7 @@ def test_fleet_gives_up_on_a_prometheus_that_answers_a_byte_at_a_time() -> None:
     assert took < 40, took
 
 
+@pytest.mark.e2e
 def test_fleet_names_a_few_missing_processes_of_a_job_claiming_two_billion() -> None:
     """``process_count=2147483647`` from one agent made a set of every index (2.3 GB)."""
     with _prometheus(slow=False) as url:
@@ -154,6 +157,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.e2e
 def test_programs_refuses_hlo_text_that_unpacks_past_its_bound(tmp_path: Path) -> None:
     """2 MiB of gzip from the daemon unpacked to 2 GiB: MemoryError and a traceback."""
     socket_path = tmp_path / "xmon.sock"
@@ -207,6 +211,7 @@ def _ask(port: int, request: bytes) -> bytes:
     return answer.split(b"\r\n", 1)[0]
 
 
+@pytest.mark.e2e
 def test_metrics_server_answers_only_well_formed_requests(tmp_path: Path) -> None:
     """The hand parser split the request line on any whitespace, upper-cased the method
     and took any number of headers that fit 16 KiB: ``get``, ``GET`` over ``HTTP/9.9`` and

@@ -10,6 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 from attack import Attacker
 from test_tensorboard import STARTED, Clock, job, read, snapshot
 
@@ -47,6 +48,7 @@ def _job_run(logdir: Path, attacker: Attacker) -> Path:
     return run
 
 
+@pytest.mark.e2e
 def test_retention_never_follows_links_planted_in_a_run(
     shared_tmp: Path, attacker: Attacker
 ) -> None:
@@ -91,6 +93,7 @@ def test_retention_deletes_only_what_xmon_wrote(tmp_path: Path) -> None:
     assert theirs.exists() and (run / "events.out.tfevents.1.h.1.0").exists()
 
 
+@pytest.mark.e2e
 def test_scalars_are_never_written_through_a_linked_run_directory(
     shared_tmp: Path, attacker: Attacker
 ) -> None:
