@@ -21,6 +21,7 @@ import grpc
 from xmon.client import decode
 from xmon.config import DaemonConfig
 from xmon.daemon.service import Daemon
+from xmon.exporters.prometheus import SnapshotCollector
 from xmon.profiling_config import ProfilingConfig
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
 
@@ -28,6 +29,9 @@ from flood_attacks import RawStream, StalledView, close_all, hello, report
 
 JOBS, PROGRAMS = 4, 1024
 PERIOD = 0.2
+
+
+HELD_BY_RENDERS = "jobs held by /metrics renders"
 
 
 def _census() -> Counter[str]:
@@ -40,6 +44,16 @@ def _census() -> Counter[str]:
         if str(vars(type(o)).get("__module__", "")).startswith(("xmon.", "exporters."))
     )
     counts["*"] = len(objects)
+    # /metrics keeps a bounded few renders, each with its collector (the current one, the
+    # last fresh one for early scrapes, one in the background): how many are alive depends
+    # on where the scrape rhythm stands. What counts is that none holds a flood's job.
+    counts[HELD_BY_RENDERS] = sum(
+        len(o._snapshot.jobs)
+        for o in objects
+        # by type, not isinstance: an ABC's check keeps a weak reference to each type it saw
+        if type(o) is SnapshotCollector and o._snapshot is not None
+    )
+    counts["SnapshotCollector"] = 0
     return counts
 
 
