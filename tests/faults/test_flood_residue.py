@@ -44,16 +44,16 @@ def _census() -> Counter[str]:
         if str(vars(type(o)).get("__module__", "")).startswith(("xmon.", "exporters."))
     )
     counts["*"] = len(objects)
-    # /metrics keeps a bounded few renders, each with its collector (the current one, the
-    # last fresh one for early scrapes, one in the background): how many are alive depends
-    # on where the scrape rhythm stands. What counts is that none holds a flood's job.
+    # /metrics keeps a bounded few renders (Rendered), each with its collector (the current
+    # one, the last fresh one for early scrapes, one in the background): how many are alive
+    # depends on where the scrape rhythm stands. What counts is that none holds a flood's job.
     counts[HELD_BY_RENDERS] = sum(
         len(o._snapshot.jobs)
         for o in objects
         # by type, not isinstance: an ABC's check keeps a weak reference to each type it saw
         if type(o) is SnapshotCollector and o._snapshot is not None
     )
-    counts["SnapshotCollector"] = 0
+    counts["SnapshotCollector"] = counts["Rendered"] = 0
     return counts
 
 
