@@ -130,14 +130,15 @@ class FindingsTracker:
                 ),
             )
         )
+        cpu_starved = _starved(history)
         if self._steady(history, now):
-            found.append(detect_host_bound(job, 0.0, _starved(history), host))
+            found.append(detect_host_bound(job, 0.0, cpu_starved, host))
             leak = detect_leak(tuple(history.readings), job, host, 0.0)
             if leak is None and _readings_stopped(history, now):  # a paced walk fell behind
                 leak = detect_leak(tuple(history.resident), job, host, 0.0, RESIDENT)
             found.append(leak)
         found.append(detect_oom(self._ooms.get(job.pid), now, 0.0, *limit_bytes(job, host)))
-        shared_host = on_shared_host(job, _starved(history), host)
+        shared_host = on_shared_host(job, cpu_starved, host)
         found.append(detect_low_goodput(job.goodput, 0.0, self.goodput_floor, shared_host))
         found.extend(detect_setup(job, now - history.first_seen, 0.0))
         return worst_first(self._dated([f for f in found if f is not None], history))
