@@ -46,7 +46,8 @@ def prometheus_for(tmp_path: Path) -> Iterator[object]:
 def _processes_only_in_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """A test that starts a process is marked e2e, so that ``-m "not e2e"`` stays a fast lane
     (no daemon, no JAX job, no tool run). Any way of starting one through ``subprocess`` (run,
-    Popen, asyncio's subprocesses) counts."""
+    Popen, asyncio's subprocesses) counts. ``XMON_TEST_PROCESS_LOG=PATH`` lists the starts
+    there instead of refusing them, to find every such test in one run."""
     if request.node.get_closest_marker("e2e") is not None:
         return
     start = subprocess.Popen.__init__
