@@ -1,5 +1,5 @@
 """Write xmon's Grafana dashboards and alert rules from code, so every metric name comes from
-the one table in xmon.metrics (the tests reject names that are not in it).
+the one table in xmon.exporters.metrics_table (the tests reject names that are not in it).
 
     python -m dashboards.generate          # rewrite dashboards/*.json and the rules file
     python -m dashboards.generate --check  # exit 1 if the checked-in files are out of date

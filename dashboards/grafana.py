@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from xmon.metrics import SPEC_BY_NAME
+from xmon.exporters.metrics_table import SPEC_BY_NAME
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39

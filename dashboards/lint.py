@@ -124,7 +124,7 @@ def check_expr(expr: str, defined: set[str], filtered: bool = True) -> Iterator[
             yield f"undefined variable ${name} in {expr!r}"
     for name in metric_names(expr):
         if name not in PROMETHEUS_SERIES and table_name(name) is None:
-            yield f"{name} is not in xmon.metrics (in {expr!r})"
+            yield f"{name} is not in xmon.exporters.metrics_table (in {expr!r})"
     for name in _RECORDED.findall(expr):
         if name not in RECORDED_NAMES:
             yield f"{name} is not a recording rule of dashboards/alerts.py (in {expr!r})"

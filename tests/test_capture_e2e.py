@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xmon.client import DaemonClient, RequestFailed
+from xmon.views.client import DaemonClient, RequestFailed
 
 from procs import Daemon, wait_for
 from profiling_procs import (

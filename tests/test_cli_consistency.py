@@ -75,7 +75,7 @@ def test_a_mistyped_option_names_the_subcommand_and_the_nearest_option(
 
 def test_capture_lines_say_what_was_recorded_and_how_long_the_request_took() -> None:
     from xmon.cli.capture import describe
-    from xmon.client import CaptureResult
+    from xmon.views.client import CaptureResult
 
     trace = CaptureResult("demo", 7, "trace", "/l", "/l/demo-7", ("/l/a.xplane.pb",),
                           "recorded 3.0 s of trace", 10.84)  # fmt: skip

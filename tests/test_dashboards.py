@@ -87,7 +87,7 @@ def _mutated(change: str) -> dict[str, Any]:
         ("uid", "hard-coded data source 'P1809F7CD0C75ACF3'"),
         ("duplicate id", "missing or not unique"),
         ("rate window", "range [5m]"),
-        ("unknown metric", "xmon_job_mfu is not in xmon.metrics"),
+        ("unknown metric", "xmon_job_mfu is not in xmon.exporters.metrics_table"),
         ("no instance", 'xmon_job_steps_total without instance=~"$instance"'),
         ("unit", "unit 'percent-ish'"),
         ("no datasource variable", "exactly one data source variable"),

@@ -1,10 +1,10 @@
-"""Derived numbers (xmon.derived): pure functions, table-driven."""
+"""Derived numbers (xmon.analysis.derived): pure functions, table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
-from xmon import derived
+from xmon.analysis import derived
 
 
 @pytest.mark.parametrize(

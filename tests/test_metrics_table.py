@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xmon.metrics import METRICS, SPEC_BY_NAME, MetricSpec, render_markdown
+from xmon.exporters.metrics_table import METRICS, SPEC_BY_NAME, MetricSpec, render_markdown
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -59,14 +59,17 @@ def test_job_series_are_keyed_by_job_name_and_pid() -> None:
 
 def test_checked_in_docs_match_the_table() -> None:
     assert DOCS.read_text() == render_markdown(), (
-        "docs/metrics.md is stale: run `python -m xmon.metrics > docs/metrics.md`"
+        "docs/metrics.md is stale: run `python -m xmon.exporters.metrics_table > docs/metrics.md`"
     )
 
 
 @pytest.mark.e2e
 def test_module_main_prints_the_docs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "xmon.metrics"], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "xmon.exporters.metrics_table"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert out == render_markdown()
 

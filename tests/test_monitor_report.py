@@ -26,7 +26,7 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
-from xmon.monitor_report import (
+from xmon.views.monitor_report import (
     DETAIL_MAX_CHARS,
     GROUPS,
     ReportOptions,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from xmon.peaks import (
+from xmon.analysis.peaks import (
     ALIASES,
     DEFAULT_PEAKS,
     GIB,
@@ -207,5 +207,5 @@ def test_module_does_not_import_jax() -> None:
     import subprocess
     import sys
 
-    code = "import sys, xmon.peaks; assert 'jax' not in sys.modules"
+    code = "import sys, xmon.analysis.peaks; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xmon.catalogue import rows, select_jobs, sort_rows
+from xmon.analysis.peaks import PeakTable
 from xmon.cli.programs import executions_note, flops_note, render_table
 from xmon.model import (
     DaemonStats,
@@ -22,7 +22,7 @@ from xmon.model import (
     Snapshot,
     Utilization,
 )
-from xmon.peaks import PeakTable
+from xmon.views.catalogue import rows, select_jobs, sort_rows
 
 from procs import Daemon, wait_for
 from profiling_procs import Job as RunningJob

@@ -20,6 +20,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from xmon.exporters.metrics_table import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME
 from xmon.exporters.prometheus import (
     CONTENT_TYPE,
     MetricsEndpoint,
@@ -27,7 +28,6 @@ from xmon.exporters.prometheus import (
     SnapshotCollector,
     snapshot_families,
 )
-from xmon.metrics import LABEL_VALUE_MAX, METRICS, OTHER_PROGRAM, SPEC_BY_NAME
 from xmon.model import (
     AgentHealth,
     Capability,

@@ -117,7 +117,7 @@ def test_services_and_version() -> None:
         "xmon.daemon.service",
         "xmon.exporters.prometheus",
         "xmon.cli.main",
-        "xmon.client",
+        "xmon.views.client",
         "xmon.collectors",
         "xmon",
     ],

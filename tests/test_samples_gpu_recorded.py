@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from xmon.analysis.peaks import PeakTable
 from xmon.execution.ledger import ledger_rates
 from xmon.execution.samples import parse_sample
 from xmon.execution.xplane import count_executions
-from xmon.peaks import PeakTable
 from xmon.proto import xplane_pb2
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xspace"

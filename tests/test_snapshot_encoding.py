@@ -17,7 +17,7 @@ import weakref
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from xmon.client import RequestFailed, SnapshotReader, decode
+from xmon.analysis.peaks import PeakTable
 from xmon.daemon.hub import Frame, Hub
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
@@ -26,8 +26,8 @@ from xmon.execution.samples import SampleReading
 from xmon.exporters.prometheus import MetricsEndpoint, SnapshotCollector
 from xmon.exporters.prometheus_programs import ProgramSeriesCache
 from xmon.model import Job, Snapshot, from_dict, snapshot_to_dict
-from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2
+from xmon.views.client import RequestFailed, SnapshotReader, decode
 
 from test_prometheus_exporter import snapshot, train_job
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from xmon.client import DaemonClient
+from xmon.views.client import DaemonClient
 
 from procs import start_job, wait_for
 from profiling_procs import profiling_daemon

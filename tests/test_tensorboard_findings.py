@@ -15,10 +15,10 @@ from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.util import tensor_util
 from test_tensorboard import STARTED, Clock, job, snapshot
 
-from xmon.client import DaemonClient
 from xmon.exporters.tb_findings import TEXT_MAX_BYTES, markdown, tag_of
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.model import Finding, Job
+from xmon.views.client import DaemonClient
 
 from procs import start_job, wait_for
 from profiling_procs import profiling_daemon

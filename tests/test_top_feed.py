@@ -94,7 +94,7 @@ VIEWS_WITHOUT_JAX = """
 import sys
 from xmon.cli.main import build_parser
 build_parser()
-import xmon.cli.top, xmon.cli.monitor, xmon.monitor_report, xmon.top.app
+import xmon.cli.top, xmon.cli.monitor, xmon.views.monitor_report, xmon.top.app
 from xmon.top.app import XmonTop
 XmonTop([])
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"jax", "jaxlib", "numpy"})

@@ -1,4 +1,5 @@
-"""Slice and worker identity of a host (xmon.topology), its config keys and its info metric."""
+"""Slice and worker identity of a host (xmon.daemon.topology), its config keys and its info
+metric."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from loopback_http import QuietHandler, serving
 from prometheus_client import CollectorRegistry, generate_latest
 
 from xmon.config import ConfigError, load_config
-from xmon.exporters.prometheus import SnapshotCollector
-from xmon.model import DaemonStats, SliceInfo, Snapshot
-from xmon.topology import (
+from xmon.daemon.topology import (
     from_runtime_env,
     has_tpu,
     metadata_fetcher,
     parse_tpu_env,
     resolve_slice_info,
 )
+from xmon.exporters.prometheus import SnapshotCollector
+from xmon.model import DaemonStats, SliceInfo, Snapshot
 
 # The shape of a v4 TPU VM's tpu-env attribute (keys as jax and torch_xla read them).
 TPU_ENV = """ACCELERATOR_TYPE: 'v4-16'

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from xmon.config.profiling import ProfilingConfig
 from xmon.daemon.triggers import TriggerEngine, TriggerRules, _History
 from xmon.model import (
     AgentHealth,
@@ -24,7 +25,6 @@ from xmon.model import (
     Snapshot,
     StepStats,
 )
-from xmon.profiling_config import ProfilingConfig
 
 from procs import wait_for
 from profiling_procs import profiling_daemon, run_stepping_job, xmon_cli

@@ -40,7 +40,7 @@ class HostSample:
 class SliceInfo:
     """Where this host sits in a multi-host TPU slice (or any fleet grouping set in config).
 
-    Resolved once when the daemon starts (xmon.topology): the ``[host]`` table of the config
+    Resolved once when the daemon starts (xmon.daemon.topology): the ``[host]`` table of the config
     file and ``XMON_SLICE``/``XMON_WORKER`` win over the TPU runtime's environment
     (``MEGASCALE_SLICE_ID``, ``TPU_WORKER_ID``, ...), which wins over the TPU VM's GCE
     metadata (``tpu-env``). ``None`` fields are unknown here.
@@ -93,7 +93,9 @@ class DeviceMemory:
     # Wall clock of the live-array reading (paced, taken at rest: it can be older than the
     # report); None with allocator stats, which are read for every report.
     live_array_read_at: float | None = None
-    fragmentation_ratio: float | None = None  # derived, see xmon.derived.fragmentation_ratio
+    fragmentation_ratio: float | None = (
+        None  # derived, see xmon.analysis.derived.fragmentation_ratio
+    )
     extra: dict[str, int] = field(default_factory=dict)  # keys this version does not know yet
 
     @property
@@ -373,7 +375,7 @@ class FleetIdentity:
 
 @dataclass(frozen=True)
 class Utilization:
-    """Derived live efficiency of a job (see xmon.derived)."""
+    """Derived live efficiency of a job (see xmon.analysis.derived)."""
 
     achieved_flops_per_second: float | None = None  # hardware FLOP/s (XLA's loop-aware count)
     achieved_bytes_per_second: float | None = None
@@ -597,7 +599,8 @@ class DaemonStats:
     config_reloads_total: int = 0  # SIGHUP reloads that took effect
     config_reload_failures_total: int = 0  # reloads refused (the running config was kept)
     config_last_reload_successful: bool = True
-    # what each of the daemon's resource bounds refused or dropped (xmon.metrics.REFUSAL_BOUNDS)
+    # what each of the daemon's resource bounds refused or dropped
+    # (xmon.exporters.metrics_table.REFUSAL_BOUNDS)
     refused_total: dict[str, int] = field(default_factory=dict)
     goodput_floor: float | None = None  # the daemon's goodput_floor (the low_goodput finding)
 

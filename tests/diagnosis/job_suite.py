@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmon.client import DaemonClient
 from xmon.model import Finding, Job
+from xmon.views.client import DaemonClient
 
 from procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
 

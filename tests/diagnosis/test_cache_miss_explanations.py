@@ -9,8 +9,8 @@ from pathlib import Path
 import pathology_jobs as scripts
 import pytest
 
-from xmon.client import DaemonClient
 from xmon.model import Finding
+from xmon.views.client import DaemonClient
 
 from procs import start_daemon, start_job, wait_for
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import healthy_jobs as scripts
 import pytest
 
-from xmon.client import DaemonClient, DaemonUnavailable
 from xmon.findings.tracker import severity_rank
 from xmon.model import Snapshot
+from xmon.views.client import DaemonClient, DaemonUnavailable
 
 from procs import Daemon, Proc, start_daemon, start_job
 

@@ -17,8 +17,8 @@ from google.protobuf import empty_pb2
 from google.protobuf.unknown_fields import UnknownFieldSet
 from job_suite import JobSuite, job_suite
 
-from xmon.client import DaemonClient
 from xmon.model import Finding
+from xmon.views.client import DaemonClient
 
 from procs import wait_for
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 
-from xmon.client import decode
 from xmon.daemon import memory
 from xmon.daemon.bounds import Limits, StateBudget, connection_cap
 from xmon.daemon.hub import fitting_snapshot
@@ -26,6 +25,7 @@ from xmon.execution.ledger import JobLedger
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.proto import xmon_pb2
+from xmon.views.client import decode
 
 from flood_attacks import padded, slow_metrics_clients, varint
 from test_prometheus_exporter import snapshot, train_job

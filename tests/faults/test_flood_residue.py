@@ -18,12 +18,12 @@ from pathlib import Path
 
 import grpc
 
-from xmon.client import decode
 from xmon.config import DaemonConfig
+from xmon.config.profiling import ProfilingConfig
 from xmon.daemon.service import Daemon
 from xmon.exporters.prometheus import SnapshotCollector
-from xmon.profiling_config import ProfilingConfig
 from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.views.client import decode
 
 from flood_attacks import RawStream, StalledView, close_all, hello, report
 

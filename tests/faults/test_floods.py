@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from xmon.client import DaemonClient
+from xmon.views.client import DaemonClient
 from xmon.wire import RECEIVE_LIMIT_BYTES
 
 from flood_attacks import (

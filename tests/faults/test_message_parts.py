@@ -12,7 +12,6 @@ import pytest
 
 from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
-from xmon.client import DaemonClient
 from xmon.daemon.bounds import StateBudget
 from xmon.daemon.parts import (
     MAX_REFUSED_IN_A_ROW,
@@ -21,6 +20,7 @@ from xmon.daemon.parts import (
     PartJoiner,
 )
 from xmon.proto import xmon_pb2
+from xmon.views.client import DaemonClient
 from xmon.wire import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
 
 from flood_attacks import (

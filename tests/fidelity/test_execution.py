@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from xmon.client import DaemonClient
 from xmon.model import Job
+from xmon.views.client import DaemonClient
 
 from procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from xmon.client import DaemonClient
 from xmon.model import Goodput, Job
+from xmon.views.client import DaemonClient
 
 from procs import Daemon, start_job, wait_for
 

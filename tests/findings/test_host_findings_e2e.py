@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xmon.client import DaemonClient
+from xmon.views.client import DaemonClient
 
 from fakes.libtpu_server import Fakes, scenario
 from fakes.tpu_daemon import settled_scrape, tpu_only_daemon

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from xmon import client
 from xmon.cli import programs
 from xmon.cli.capture import describe
-from xmon.client import CaptureResult, HloText
+from xmon.views import client
+from xmon.views.client import CaptureResult, HloText
 from xmon.views.safe_text import printable
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J\u2028\u0085\x9b"

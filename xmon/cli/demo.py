@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from xmon import paths
+from xmon.analysis.peaks import DEMO_CPU_PEAK
 from xmon.cli import children, flags
-from xmon.peaks import DEMO_CPU_PEAK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

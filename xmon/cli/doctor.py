@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from xmon.catalogue import select_jobs
 from xmon.cli import flags
 from xmon.findings.tracker import severity_rank
 from xmon.model import Finding, Job, Snapshot
+from xmon.views.catalogue import select_jobs
 from xmon.views.safe_text import clipped, printable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.client import DaemonClient, DaemonUnavailable, RequestFailed
+    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
 
     try:
         with DaemonClient(Path(args.socket) if args.socket else None) as client:

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from xmon.cli import flags
 from xmon.config.errors import did_you_mean
 from xmon.model import Snapshot
-from xmon.monitor_report import GROUPS, ReportOptions, build_report, job_matches
+from xmon.views.monitor_report import GROUPS, ReportOptions, build_report, job_matches
 
 PROG = "xmon monitor"
 RETRY_SECONDS = 1.0
@@ -169,7 +169,7 @@ class PeriodGate:
 def snapshots(socket_path: Path | None, once: bool, err: TextIO) -> Iterator[Snapshot]:
     """The daemon's snapshots. No daemon at the start raises :class:`DaemonUnavailable`; a
     daemon lost later is waited for (a pipeline keeps running across daemon restarts)."""
-    from xmon.client import DaemonClient, DaemonUnavailable
+    from xmon.views.client import DaemonClient, DaemonUnavailable
 
     seen_any = lost = False
     while True:
@@ -225,7 +225,7 @@ def run(settings: MonitorSettings, once: bool, socket_path: Path | None, out: Te
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.client import DaemonUnavailable
+    from xmon.views.client import DaemonUnavailable
 
     try:
         settings = settings_from_args(args)

@@ -9,9 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-from xmon import units
-from xmon.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
+from xmon.analysis import units
 from xmon.cli import flags
+from xmon.views.catalogue import SORT_KEYS, ProgramRow, rows, select_jobs, sort_rows
 from xmon.views.safe_text import printable
 
 COLUMNS = ("JOB", "PID", "FINGERPRINT", "PROGRAM", "FLOPS", "XLA_FLOPS", "LOOPS", "BYTES",
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.client import DaemonClient, DaemonUnavailable, RequestFailed
+    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
 
     if args.limit < 0:
         return _fail("--limit must be 0 (all) or more")

@@ -73,8 +73,8 @@ def main(args: argparse.Namespace) -> int:
 def _once(socket_path: Path | None, job: str | None) -> int:
     import shutil
 
-    from xmon.client import DaemonClient, DaemonUnavailable, RequestFailed
     from xmon.top.once import matching_jobs, render_once
+    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
     from xmon.views.safe_text import printable
 
     try:

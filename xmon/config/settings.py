@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from xmon import paths
-from xmon.profiling_config import ProfilingConfig
+from xmon.config.profiling import ProfilingConfig
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class DaemonConfig:
     collectors: dict[str, bool] = field(default_factory=dict)
     # device_kind -> {flops_per_second | memory_bytes_per_second | memory_bytes: value}
     peaks: dict[str, dict[str, float]] = field(default_factory=dict)
-    # [host] table plus XMON_SLICE / XMON_WORKER: this host's slice identity (xmon.topology)
+    # [host] table plus XMON_SLICE / XMON_WORKER: this host's slice identity (xmon.daemon.topology)
     host: dict[str, Any] = field(default_factory=dict)
     program_series_limit: int = 50
     max_message_bytes: int = 16 * 1024 * 1024
@@ -56,6 +56,6 @@ class DaemonConfig:
     tpu_full_poll_seconds: float = 10.0
     sysfs_root: Path = Path("/sys")  # like node_exporter's --path.sysfs (host /sys elsewhere)
     procfs_root: Path = Path("/proc")
-    # [profiling]: captures, triggered captures, TensorBoard export (xmon.profiling_config)
+    # [profiling]: captures, triggered captures, TensorBoard export (xmon.config.profiling)
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     config_path: Path | None = None

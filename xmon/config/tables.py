@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from xmon.config.errors import Problem, did_you_mean, show
+from xmon.config.profiling import check_profiling
 from xmon.config.values import int_in, non_empty_text, to_number
-from xmon.profiling_config import check_profiling
 
 PEAK_KEYS = ("flops_per_second", "memory_bytes", "memory_bytes_per_second")
 HOST_TEXT_KEYS = ("slice", "accelerator_type")

@@ -13,7 +13,7 @@ import resource
 from collections import Counter
 from dataclasses import dataclass, field
 
-from xmon.metrics import REFUSAL_BOUNDS
+from xmon.exporters.metrics_table import REFUSAL_BOUNDS
 
 # Estimated bytes the daemon holds per converted entry (tracemalloc of the dataclasses with
 # their dict slots and label strings at the 128-character limit): see tests/faults/test_floods.

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xmon import __version__
+from xmon.config.profiling import ProfilingConfig
 from xmon.daemon.capture_targets import (
     CaptureError,
     Code,
@@ -38,7 +39,6 @@ from xmon.daemon.executions import ExecutionTracker
 from xmon.daemon.links import AgentGone, LinkBusy
 from xmon.exporters import tb_logdir
 from xmon.model import CaptureCount, Job
-from xmon.profiling_config import ProfilingConfig
 from xmon.proto import xmon_pb2
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
-from xmon import derived
+from xmon.analysis import derived
+from xmon.analysis.peaks import PeakTable
 from xmon.daemon.jobs import JobState, clean_label, clean_text, device_memory
 from xmon.execution import rates
 from xmon.execution.ledger import JobLedger, LedgerRates
@@ -30,7 +31,6 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
-from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2
 from xmon.wire import fields_of
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from xmon import derived
+from xmon.analysis import derived
 from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, StateBudget
 from xmon.daemon.report_strings import cut_report_strings
 from xmon.daemon.sanitize import scrub

@@ -8,11 +8,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from xmon.config import DaemonConfig
+from xmon.config.profiling import ProfilingConfig
 from xmon.daemon.capture import CaptureSpec, Profiler
 from xmon.daemon.hub import Hub
 from xmon.daemon.triggers import Fire, TriggerEngine, TriggerRules
 from xmon.model import ExporterHealth, Job, Snapshot
-from xmon.profiling_config import ProfilingConfig
 
 if TYPE_CHECKING:
     from xmon.exporters.tensorboard import TensorBoardExporter

@@ -15,7 +15,7 @@ from xmon.analysis.compiles import MAX_ARGUMENTS, MAX_CHANGES, MAX_TEXT
 from xmon.daemon.bounds import StateBudget
 from xmon.proto import xmon_pb2
 
-FUNCTION_NAME_CHARS = 128  # a label's length (xmon.metrics.LABEL_VALUE_MAX)
+FUNCTION_NAME_CHARS = 128  # a label's length (xmon.exporters.metrics_table.LABEL_VALUE_MAX)
 ITEM_CHARS = MAX_TEXT  # each change and argument of a recompiled function
 EXPLANATION_CHARS = 1024  # jax's explanation of a recompile, as the agent cuts it
 STALL_CHARS = 64 * 1024  # the stall's stacks and where its step thread waits

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from xmon import __version__, paths
+from xmon.analysis.peaks import PeakTable
 from xmon.collectors.base import CollectContext
 from xmon.collectors.runner import CollectorRunner
 from xmon.config import ConfigError, DaemonConfig
@@ -40,15 +41,14 @@ from xmon.daemon.oom import OomSink
 from xmon.daemon.peers import PidVerifier
 from xmon.daemon.profiling import Profiling
 from xmon.daemon.reload import Loader, ReloadPlan, plan_reload
+from xmon.daemon.topology import resolve_slice_info
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.findings.ended import EndedJobs
 from xmon.findings.host import HostFindings
 from xmon.findings.oom import OomEvent
 from xmon.findings.tracker import FindingsTracker, worst_first
 from xmon.model import DaemonStats, SliceInfo, Snapshot
-from xmon.peaks import PeakTable
 from xmon.proto import xmon_pb2_grpc
-from xmon.topology import resolve_slice_info
 from xmon.wire import RECEIVE_LIMIT_BYTES
 
 log = logging.getLogger("xmon.daemon")

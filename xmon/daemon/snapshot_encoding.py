@@ -7,7 +7,7 @@ or the execution ledger changes it (the ledger makes a new object, never mutates
 each job's program list is encoded once, as JSON and as its own gzip member, and reused while
 the job's programs are the very same objects; the rest of the snapshot (small) is encoded each
 time. Concatenated gzip members are one valid gzip stream (RFC 1952), which
-``xmon.client.gunzip`` reads member by member, whole.
+``xmon.views.client.gunzip`` reads member by member, whole.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class SnapshotEncoder:
     Each remembered encoding also yields ``changes``: the same snapshot where a job's programs
     are the very objects of the previously remembered one, given as ``{"same_as_job": i}`` (the
     job's index in that snapshot) instead of the list. A view that read the previous one reads
-    this one whole from it (``xmon.client.SnapshotReader``), without the catalogue of every
+    this one whole from it (``xmon.views.client.SnapshotReader``), without the catalogue of every
     job every period (xmon.proto ``SubscribeRequest.changes_only``).
     """
 

@@ -30,10 +30,10 @@ from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from xmon.derived import percentile
+from xmon.analysis.derived import percentile
+from xmon.config.profiling import ProfilingConfig
 from xmon.findings.host_bound import starved
 from xmon.model import Job, Snapshot
-from xmon.profiling_config import ProfilingConfig
 
 HISTORY = 256  # step durations the median is taken over
 QUIET_STEPS = 2  # steps not judged after a compile or a ledger sample

@@ -1,5 +1,6 @@
 """The one way series are added to /metrics: a builder of Prometheus metric families that accepts
-only names in the :mod:`xmon.metrics` table, each series once, and leaves unknown values out.
+only names in the :mod:`xmon.exporters.metrics_table` table, each series once, and leaves
+unknown values out.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from xmon.metrics import LABEL_VALUE_MAX, METRICS, SPEC_BY_NAME, MetricSpec
+from xmon.exporters.metrics_table import LABEL_VALUE_MAX, METRICS, SPEC_BY_NAME, MetricSpec
 
 Number = int | float
 JobKey = tuple[str, int]  # (job_name, pid): the labels every job series starts with

@@ -1,4 +1,5 @@
-"""Snapshot -> Prometheus metric families: a pure function driven by :mod:`xmon.metrics`.
+"""Snapshot -> Prometheus metric families: a pure function driven by
+:mod:`xmon.exporters.metrics_table`.
 
 Families are rebuilt from each snapshot, so the series of a job that has gone simply stop
 appearing (no stale gauges to remove). A ``None`` in the snapshot means "unknown here" and is
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 from prometheus_client.core import Metric
 
-from xmon.metrics import REFUSAL_BOUNDS
+from xmon.exporters.metrics_table import REFUSAL_BOUNDS
 from xmon.model import SCHEMA_VERSION, Device, DeviceMemory, Job, SliceInfo, Snapshot
 
 from .prometheus_builder import FamilyBuilder, Number
@@ -45,8 +46,9 @@ def snapshot_families(
     program_limit: int = DEFAULT_PROGRAM_LIMIT,
     programs: ProgramSeriesCache | None = None,
 ) -> list[Metric]:
-    """All metric families of one snapshot, each named and described by xmon.metrics;
-    ``programs`` keeps each job's program series from one render to the next."""
+    """All metric families of one snapshot, each named and described by
+    xmon.exporters.metrics_table; ``programs`` keeps each job's program series from one render
+    to the next."""
     b = self_families(snapshot.daemon.version, snapshot.schema_version, up=True)
     _daemon(b, snapshot)
     _host(b, snapshot)

@@ -10,7 +10,7 @@ import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from xmon.metrics import OTHER_PROGRAM
+from xmon.exporters.metrics_table import OTHER_PROGRAM
 from xmon.model import Job, Program
 
 if TYPE_CHECKING:

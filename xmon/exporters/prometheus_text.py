@@ -3,9 +3,9 @@ writes it (byte for byte, its default name escaping) in about half the time.
 
 ``generate_latest`` checks and escapes every label name of every sample anew (a regular
 expression each); a job's 1,024 devices make ~20,000 such checks a render, most of a render's
-cost. The names come from a short fixed list (xmon.metrics), so each is escaped once here, and
-a series' labels, which recur in each family of a device or job, are written once a render.
-Values are written exactly as prometheus_client writes them.
+cost. The names come from a short fixed list (xmon.exporters.metrics_table), so each is
+escaped once here, and a series' labels, which recur in each family of a device or job, are
+written once a render. Values are written exactly as prometheus_client writes them.
 """
 
 from __future__ import annotations

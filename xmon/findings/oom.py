@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xmon.analysis.units import iec_bytes
 from xmon.model import Finding
-from xmon.units import iec_bytes
 
 FINDING_SECONDS = 600.0
 EVIDENCE_ARRAYS = 3

@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from xmon.analysis.units import duration as format_seconds
 from xmon.fleet.judge import FleetVerdict, ProcessReading
-from xmon.units import duration as format_seconds
 
 HEADER = ["PROC", "WORKER", "DAEMON", "PID", "STEPS", "STEP/S", "SINCE STEP", "HOST/STEP",
           "COMPUTE", "COLLECTIVE", "GOOD 5M", "STATE"]  # fmt: skip

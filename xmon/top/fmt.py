@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.style import Style
 from rich.text import Text
 
-from xmon import units
+from xmon.analysis import units
 
 NA_TEXT = "n/a"
 UNDECLARED_TEXT = "—"  # MFU of a job that declares no model FLOPs: undefined, not unknown

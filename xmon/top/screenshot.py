@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from xmon.peaks import DEMO_CPU_PEAK
+from xmon.analysis.peaks import DEMO_CPU_PEAK
 from xmon.top.app import XmonTop
 from xmon.top.feed import DaemonSource
 

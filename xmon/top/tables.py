@@ -14,7 +14,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from xmon import derived
+from xmon.analysis import derived
 from xmon.model import CompileEvent, Job, Program
 from xmon.top import fmt
 from xmon.top.findings import job_mark, mark_rank

@@ -1,10 +1,10 @@
 """The one table of xmon's Prometheus metric names.
 
 The exporter builds its families from this table (a name missing here is a bug it refuses to
-export), ``docs/metrics.md`` is generated from it (``python -m xmon.metrics > docs/metrics.md``),
-and dashboards and alert rules can be linted against it. Names are a contract: rename only with a
-changelog entry. Names are the exposed names, so counters end in ``_total`` and info metrics in
-``_info``.
+export), ``docs/metrics.md`` is generated from it
+(``python -m xmon.exporters.metrics_table > docs/metrics.md``), and dashboards and alert rules
+can be linted against it. Names are a contract: rename only with a changelog entry. Names are
+the exposed names, so counters end in ``_total`` and info metrics in ``_info``.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ _JOB_METRICS = (
        "(Device.memory_stats()['num_allocs'], which only grows).",
        JOB_DEVICE, "", _MEM + "num_allocs"),
     _g("xmon_job_device_memory_fragmentation_ratio", "Fragmentation of the PJRT allocator's free "
-       "memory (xmon.derived.fragmentation_ratio; 0 when it is one contiguous block).",
+       "memory (xmon.analysis.derived.fragmentation_ratio; 0 when it is one contiguous block).",
        JOB_DEVICE, "ratio", _MEM + "fragmentation_ratio"),
     _g("xmon_job_device_memory_read_timestamp_seconds", "Unix time the in-use bytes were read, "
        "where that is not the report's own time: on CPU the live arrays are counted at rest "
@@ -589,8 +589,9 @@ SPEC_BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in METRICS}
 _INTRO = f"""\
 # xmon metrics
 
-Generated from `xmon/metrics.py` by `python -m xmon.metrics > docs/metrics.md`; a test keeps the
-two equal. Metric names are a contract: a rename is a changelog entry.
+Generated from `xmon/exporters/metrics_table.py` by
+`python -m xmon.exporters.metrics_table > docs/metrics.md`; a test keeps the two equal. Metric
+names are a contract: a rename is a changelog entry.
 
 Conventions:
 

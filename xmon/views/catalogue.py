@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xmon import derived
+from xmon.analysis import derived
+from xmon.analysis.peaks import PeakTable, ridge_point
 from xmon.model import Job, Program, Snapshot
-from xmon.peaks import PeakTable, ridge_point
 
 SORT_KEYS = ("flops", "bytes", "time", "executions")
 
