@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 import psutil
 
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
-from xmon.wire import RECEIVE_LIMIT_BYTES
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
 from common import machine, summary, table, today, write_section
 from flood_attacks import (

@@ -30,7 +30,7 @@ import json, sys, time
 import jax, jax.numpy as jnp
 import xmon
 from xmon import agent as xmon_agent
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 seconds, mode = float(sys.argv[1]), sys.argv[2]
 spans = mode == "spans"
 xmon.attach(job_name="goodput-bench", period=1.0)

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 WELCOME = xmon_pb2.DaemonMessage(
     welcome=xmon_pb2.Welcome(protocol_version=xmon_pb2.PROTOCOL_VERSION, period_seconds=1.0)

@@ -161,7 +161,7 @@ def parse_cost(encoded: list[str]) -> tuple[float, float]:
     """Median bytes and daemon parse seconds of the run's samples."""
     import base64
 
-    from xmon.proto import xmon_pb2
+    from xmon.wire.proto import xmon_pb2
 
     sizes, times = [], []
     for text in encoded:

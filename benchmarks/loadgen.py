@@ -16,9 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
-from xmon.proto import xmon_pb2
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2
 
 FIRST_PID = 4_000_000  # below Linux's largest pid (4,194,304); the daemon must not check claims
 

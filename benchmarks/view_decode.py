@@ -16,9 +16,9 @@ import json
 import time
 from collections.abc import Callable
 
-from xmon.daemon.snapshot_encoding import SnapshotEncoder
 from xmon.model import Job
 from xmon.views.client import MAX_SNAPSHOT_BYTES, SnapshotReader, gunzip
+from xmon.wire.snapshot_encoding import SnapshotEncoder
 
 from common import machine, summary, table, today, write_section
 from test_prometheus_exporter import snapshot, train_job

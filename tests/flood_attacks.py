@@ -16,9 +16,9 @@ from pathlib import Path
 
 import grpc
 
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
-from xmon.proto import xplane_pb2 as xp
-from xmon.wire import PART_BYTES, in_parts
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xplane_pb2 as xp
+from xmon.wire.protocol import PART_BYTES, in_parts
 
 from procs import Daemon, start_daemon
 
@@ -79,7 +79,7 @@ def padded_message(message: bytes, kind: str, padding: int) -> bytes:
 
 def in_part_frames(message: bytes) -> list[bytes]:
     """An encoded AgentMessage as an agent sends it: whole, or in parts when it is larger than
-    the daemon takes in one message (xmon.wire.in_parts)."""
+    the daemon takes in one message (xmon.wire.protocol.in_parts)."""
     parts = in_parts(xmon_pb2.AgentMessage.FromString(message), PART_BYTES)
     return [part.SerializeToString() for part in parts]
 

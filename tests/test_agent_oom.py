@@ -18,7 +18,7 @@ import xmon
 from xmon.agent.core import Agent
 from xmon.agent.oom import failed_allocation, oom_error, pick_program
 from xmon.model import Program
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ TRACED_JOB = textwrap.dedent(r"""
     import os, queue, sys, tempfile, threading, time
     import jax, jax.numpy as jnp
     from xmon.agent.commands import CommandRunner
-    from xmon.proto import xmon_pb2
+    from xmon.wire.proto import xmon_pb2
 
     def rss():
         for line in open("/proc/self/status"):

@@ -13,8 +13,8 @@ import pytest
 
 from xmon.agent.commands import CommandRunner
 from xmon.cli.capture import progress
-from xmon.proto import xmon_pb2
 from xmon.views.capture import progress_line
+from xmon.wire.proto import xmon_pb2
 
 
 @pytest.mark.parametrize(

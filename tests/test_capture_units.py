@@ -27,7 +27,7 @@ from xmon.daemon.capture_targets import (
 )
 from xmon.daemon.jobs import JobState
 from xmon.daemon.links import AgentGone, AgentLink
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 # --- daemon: command channel ----------------------------------------------------------------
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from xmon import paths
 from xmon.config import (
     ConfigError,
     DaemonConfig,
@@ -18,6 +17,7 @@ from xmon.config import (
     load_config,
     parse_listen,
 )
+from xmon.wire import paths
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "systemd" / "xmon.toml.example"
 

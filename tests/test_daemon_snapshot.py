@@ -12,7 +12,7 @@ import pytest
 from xmon.config import DaemonConfig
 from xmon.daemon.jobs import JobState
 from xmon.daemon.service import Daemon
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 
 def _daemon(tmp_path: Path) -> Daemon:

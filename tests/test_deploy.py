@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from xmon import paths
 from xmon.cli.main import build_parser
 from xmon.config import load_config
+from xmon.wire import paths
 
 from procs import Daemon, Prometheus, free_port, prometheus_binary, spawn, wait_for
 

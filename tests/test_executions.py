@@ -12,7 +12,7 @@ import pytest
 from xmon.daemon.executions import ExecutionTracker, TraceExecutions, with_executions
 from xmon.execution.xplane import TraceUnreadable, count_executions, count_files, map_trace
 from xmon.model import Job, Program
-from xmon.proto import xplane_pb2 as xp
+from xmon.wire.proto import xplane_pb2 as xp
 
 PROGRAM, RUN, OTHER = 1, 2, 3  # stat metadata ids
 

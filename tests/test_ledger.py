@@ -25,9 +25,9 @@ from xmon.execution.ledger import (
 )
 from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample, rarer_periods
 from xmon.model import Program
-from xmon.proto import xmon_pb2
-from xmon.proto import xplane_pb2 as xp
-from xmon.wire import SAMPLE_ANCHOR, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.proto import xplane_pb2 as xp
+from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_RECORD_MAX_SECONDS
 
 PROGRAM, RUN, ORDINAL, OP, MODULE = 1, 2, 3, 4, 5  # stat metadata ids
 MS = 10**9  # picoseconds

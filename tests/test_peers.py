@@ -23,7 +23,7 @@ from xmon.daemon.hello import PidClaims
 from xmon.daemon.hub import Hub
 from xmon.daemon.ingest import IngestService
 from xmon.daemon.peers import PidVerifier, Verdict
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="peer credentials are Linux's")
 

@@ -13,16 +13,16 @@ import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2
 
-from xmon.proto import hlo_pb2, xmon_pb2, xmon_pb2_grpc, xplane_pb2
+from xmon.wire.proto import hlo_pb2, xmon_pb2, xmon_pb2_grpc, xplane_pb2
 
 REPO = Path(__file__).resolve().parent.parent
-PROTO = "xmon/proto/xmon.proto"
-XPLANE_PROTO = "xmon/proto/xplane.proto"
+PROTO = "xmon/wire/proto/xmon.proto"
+XPLANE_PROTO = "xmon/wire/proto/xplane.proto"
 REGENERATE = (
     "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. " + PROTO
 )
 REGENERATE_XPLANE = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + XPLANE_PROTO
-HLO_PROTO = "xmon/proto/hlo.proto"
+HLO_PROTO = "xmon/wire/proto/hlo.proto"
 REGENERATE_HLO = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + HLO_PROTO
 VERSION_LINE = re.compile(r"^GRPC_GENERATED_VERSION = .*$", re.MULTILINE)
 
@@ -97,8 +97,8 @@ def test_checked_in_type_stubs_declare_every_message_and_field(
 @pytest.mark.e2e
 def test_checked_in_grpc_stubs_match_the_proto(tmp_path: Path) -> None:
     _protoc(tmp_path, f"--grpc_python_out={tmp_path}")
-    fresh = (tmp_path / "xmon/proto/xmon_pb2_grpc.py").read_text()
-    checked_in = (REPO / "xmon/proto/xmon_pb2_grpc.py").read_text()
+    fresh = (tmp_path / "xmon/wire/proto/xmon_pb2_grpc.py").read_text()
+    checked_in = (REPO / "xmon/wire/proto/xmon_pb2_grpc.py").read_text()
     # Only the generator's own version stamp may differ between grpcio-tools releases.
     assert VERSION_LINE.sub("", fresh) == VERSION_LINE.sub("", checked_in)
 

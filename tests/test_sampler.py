@@ -26,7 +26,7 @@ from xmon.agent.sampler import (
 )
 from xmon.agent.steps import StepTimer
 from xmon.execution.samples import parse_sample
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 from procs import wait_for
 

@@ -15,7 +15,7 @@ from xmon.analysis.peaks import PeakTable
 from xmon.execution.ledger import ledger_rates
 from xmon.execution.samples import parse_sample
 from xmon.execution.xplane import count_executions
-from xmon.proto import xplane_pb2
+from xmon.wire.proto import xplane_pb2
 
 FIXTURES = Path(__file__).parent / "fixtures" / "xspace"
 META = json.loads((FIXTURES / "h200-jax0.11.2-samples.json").read_text())

@@ -21,13 +21,13 @@ from xmon.analysis.peaks import PeakTable
 from xmon.daemon.hub import Frame, Hub
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
-from xmon.daemon.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
 from xmon.execution.samples import SampleReading
 from xmon.exporters.prometheus import MetricsEndpoint, SnapshotCollector
 from xmon.exporters.prometheus_programs import ProgramSeriesCache
 from xmon.model import Job, Snapshot, from_dict, snapshot_to_dict
-from xmon.proto import xmon_pb2
 from xmon.views.client import RequestFailed, SnapshotReader, decode
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
 
 from test_prometheus_exporter import snapshot, train_job
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from xmon import paths
 from xmon.cli.install_service import render_unit
+from xmon.wire import paths
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd" / "xmon.service"

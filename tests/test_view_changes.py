@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.views.client import DaemonClient
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 from flood_attacks import RawStream, hello, in_part_frames, report
 from procs import start_daemon, wait_for

@@ -29,9 +29,10 @@ import threading
 import time
 from pathlib import Path
 
-from xmon import __version__, paths
+from xmon import __version__
 from xmon.agent.transport import Outgoing, Transport
-from xmon.proto import xmon_pb2
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2
 
 GIB = 1024**3
 MIB = 1024**2

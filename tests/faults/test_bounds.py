@@ -24,8 +24,8 @@ from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution.ledger import JobLedger
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter
-from xmon.proto import xmon_pb2
 from xmon.views.client import decode
+from xmon.wire.proto import xmon_pb2
 
 from flood_attacks import padded, slow_metrics_clients, varint
 from test_prometheus_exporter import snapshot, train_job

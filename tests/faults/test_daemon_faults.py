@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from xmon.agent.transport import Outgoing, Transport
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 from procs import Daemon, start_daemon, start_job, wait_for
 
@@ -148,7 +148,7 @@ def test_a_thousand_connect_disconnect_cycles(daemon: Daemon) -> None:
     process = psutil.Process(daemon.popen.pid)
     code = f"""
 import grpc
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 hello = xmon_pb2.AgentMessage(
     hello=xmon_pb2.AgentHello(protocol_version=1, job_name="cycle", pid=7)
 )

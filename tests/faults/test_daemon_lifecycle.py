@@ -19,7 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from xmon.agent.transport import Transport
 from xmon.config import DaemonConfig
 from xmon.daemon.service import Daemon
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 from flood_attacks import RawStream, hello, report
 from procs import base_env, spawn, start_daemon, wait_for

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from xmon.views.client import DaemonClient
-from xmon.wire import RECEIVE_LIMIT_BYTES
+from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
 from flood_attacks import (
     GoodAgent,

@@ -1,4 +1,4 @@
-"""Messages larger than the daemon's receive limit, sent in parts (xmon.wire.in_parts) and
+"""Messages larger than the daemon's receive limit, sent in parts (xmon.wire.protocol.in_parts) and
 joined by the daemon (xmon.daemon.parts): whole again, bounded per stream and over all streams,
 and a real daemon takes a large execution sample in parts while refusing one sent whole."""
 
@@ -10,7 +10,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from xmon import paths
 from xmon.agent.transport import Outgoing, Transport
 from xmon.daemon.bounds import StateBudget
 from xmon.daemon.parts import (
@@ -19,9 +18,10 @@ from xmon.daemon.parts import (
     JoiningPool,
     PartJoiner,
 )
-from xmon.proto import xmon_pb2
 from xmon.views.client import DaemonClient
-from xmon.wire import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
 
 from flood_attacks import (
     RawStream,

@@ -17,7 +17,7 @@ from xmon.model import (
     LedgerStats,
     StepStats,
 )
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 
 class Clock:

@@ -67,7 +67,7 @@ def test_hostile_numbers_count_nothing() -> None:
 
 def test_the_intake_drops_non_finite_seconds_from_the_account() -> None:
     from xmon.daemon.sanitize import scrub
-    from xmon.proto import xmon_pb2
+    from xmon.wire.proto import xmon_pb2
 
     account = xmon_pb2.GoodputAccount(process_started_at=1.0, as_of=math.inf)
     account.seconds.update({"steps": 5.0, "stall": math.nan, "idle": -math.inf})
@@ -81,7 +81,7 @@ def test_a_job_keeps_only_the_account_s_own_buckets() -> None:
     """A hostile agent's account padded with names the daemon never reads costs it nothing."""
     from xmon.daemon.bounds import StateBudget
     from xmon.daemon.jobs import JobState
-    from xmon.proto import xmon_pb2
+    from xmon.wire.proto import xmon_pb2
 
     def held(padding: int) -> tuple[dict[str, float], int]:
         state = JobState(hello=xmon_pb2.AgentHello(pid=7, job_name="j"), connected_at=0.0,

@@ -19,7 +19,7 @@ from procs import REPO, base_env
 # prints "connected" and waits for a line on stdin before its claims.
 CLAIMS = """
 import os, queue, sys, threading, grpc
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 become, socket_path, name, *pids = sys.argv[1:]
 proof = os.environ.get("XMON_TEST_PROOF", "honest")
 if become:

@@ -15,11 +15,11 @@ import grpc
 import pytest
 from attack import Attacker
 
-from xmon import paths
 from xmon.agent.commands import CommandRunner
 from xmon.agent.redact import redact_argv
 from xmon.agent.transport import Transport
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 ARGV = ["train.py", "--api-token=SECRET-123", "--lr", "0.1"]
 

@@ -20,7 +20,7 @@ from xmon.agent.transport import Transport
 from xmon.daemon.jobs import MAX_LABEL_CHARS, clean_label
 from xmon.daemon.sanitize import scrub
 from xmon.exporters.tensorboard import TensorBoardExporter
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 from procs import Daemon, wait_for
 from profiling_procs import profiling_daemon

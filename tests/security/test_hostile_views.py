@@ -141,7 +141,7 @@ def test_fleet_names_a_few_missing_processes_of_a_job_claiming_two_billion() -> 
 BOMB_SERVER = """
 import sys, zlib, grpc
 from concurrent import futures
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 packer = zlib.compressobj(9, zlib.DEFLATED, 31)
 zeros = bytes(1 << 20)
 bomb = b"".join(packer.compress(zeros) for _ in range(2048)) + packer.flush()
@@ -235,8 +235,8 @@ def test_metrics_server_answers_only_well_formed_requests(tmp_path: Path) -> Non
 def test_a_snapshot_that_unpacks_past_its_bound_is_one_error() -> None:
     """Every view decodes the daemon's snapshots (top, doctor, ls, programs): 1 GiB of zeros
     in 1 MiB of gzip was unpacked whole, and JSON that is no snapshot raised a traceback."""
-    from xmon.proto import xmon_pb2
     from xmon.views.client import RequestFailed, decode
+    from xmon.wire.proto import xmon_pb2
 
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)
     bomb = b"".join(packer.compress(bytes(1 << 20)) for _ in range(1024)) + packer.flush()

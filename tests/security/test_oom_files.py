@@ -12,7 +12,7 @@ import pytest
 
 from xmon.daemon import oom
 from xmon.exporters import tb_logdir
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 
 def _report() -> xmon_pb2.OomReport:

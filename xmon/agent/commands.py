@@ -21,7 +21,7 @@ from typing import Any
 
 from xmon.agent import internals
 from xmon.agent.hlo_store import HloStore
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 MAX_TRACE_MS = 10 * 60 * 1000
 ANNOTATION_NAME = "xmon_capture.json"  # next to each trace: who asked for it, and why

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from xmon import __version__, paths
+from xmon import __version__
 from xmon.agent import internals, memory
 from xmon.agent.capabilities import Capabilities
 from xmon.agent.commands import CommandRunner
@@ -30,8 +30,9 @@ from xmon.agent.steps import StepAnnotationHook, StepTimer, tracing_probe
 from xmon.agent.transport import Outgoing, Transport
 from xmon.analysis.compiles import FunctionRow
 from xmon.model import Program
-from xmon.proto import xmon_pb2
-from xmon.wire import fields_of, optional_field_names
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import fields_of, optional_field_names
 
 log = logging.getLogger("xmon.agent")
 

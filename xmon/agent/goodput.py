@@ -26,7 +26,7 @@ from xmon.goodput.account import (
     Stepping,
     stall_threshold,
 )
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 # jax's compile phases, each reported at its end with its duration.
 COMPILE_PHASES = frozenset(

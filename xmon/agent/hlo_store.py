@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from xmon.proto import hlo_pb2
+from xmon.wire.proto import hlo_pb2
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_PROGRAM_BYTES = 12 * 1024 * 1024  # under the 16 MiB gRPC message limit

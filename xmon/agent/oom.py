@@ -31,7 +31,7 @@ from typing import Any
 from xmon.agent import memory
 from xmon.agent.live_memory import live_arrays
 from xmon.model import Program
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 log = logging.getLogger("xmon.agent")
 

@@ -45,8 +45,8 @@ from typing import Any
 
 from xmon.agent import internals
 from xmon.agent.capabilities import Capabilities
-from xmon.proto import xmon_pb2
-from xmon.wire import SAMPLE_ANCHOR, SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
 
 log = logging.getLogger("xmon.agent")
 

@@ -19,7 +19,7 @@ from xmon.agent import internals
 from xmon.agent.in_flight import jitted_call
 from xmon.agent.steps import StepTimer
 from xmon.analysis.stall import stalled
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 MAX_STACK_BYTES = 64 * 1024
 MAX_FRAMES = 40  # innermost frames shown per thread

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import grpc
 
-from xmon import paths
 from xmon.agent.proof import show_token
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
-from xmon.wire import in_parts
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.protocol import in_parts
 
 log = logging.getLogger("xmon.agent")
 

@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from xmon import paths
 from xmon.analysis.peaks import DEMO_CPU_PEAK
 from xmon.cli import children, flags
+from xmon.wire import paths
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from xmon import paths
+from xmon.wire import paths
 
 
 def socket_help(what: str = "daemon socket") -> str:

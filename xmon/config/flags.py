@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from xmon import paths
 from xmon.config.values import LOG_LEVELS
+from xmon.wire import paths
 
 _FLAG_HELP = (  # (flag, metavar, help)
     ("--listen", "HOST:PORT", f"/metrics address (default 0.0.0.0:{paths.DEFAULT_METRICS_PORT})"),

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from xmon import paths
 from xmon.config import tables, values
 from xmon.config.errors import ConfigError, Problem, config_error, did_you_mean, show
 from xmon.config.profiling import build_profiling
 from xmon.config.settings import DaemonConfig
 from xmon.config.toml_file import read_toml
 from xmon.config.values import PERIOD_RANGE, Validator
+from xmon.wire import paths
 
 # Keys a TOML file may set, each with its validator. Names equal DaemonConfig fields.
 _FILE_KEYS: dict[str, Validator] = {

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xmon import paths
 from xmon.config.profiling import ProfilingConfig
+from xmon.wire import paths
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class DaemonConfig:
     max_state_bytes: int = 128 * 1024 * 1024  # ... over all jobs
     max_connections: int = 4096  # open streams and connections on the socket
     # bytes gRPC may hold in messages not yet whole, over all calls: calls at once times the
-    # receive limit (xmon.wire); past it new calls are refused
+    # receive limit (xmon.wire.protocol); past it new calls are refused
     max_inflight_bytes: int = 256 * 1024 * 1024
     max_pending_hellos: int = 256  # streams waiting for their hello; past it the oldest goes
     max_subscribers: int = 64  # views streaming snapshots

@@ -39,7 +39,7 @@ from xmon.daemon.executions import ExecutionTracker
 from xmon.daemon.links import AgentGone, LinkBusy
 from xmon.exporters import tb_logdir
 from xmon.model import CaptureCount, Job
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 if TYPE_CHECKING:
     from xmon.daemon.hub import Hub

@@ -12,7 +12,7 @@ import grpc
 from xmon import __version__
 from xmon.daemon.capture import CaptureError, Profiler
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Frame, Hub, refuse_connection
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 log = logging.getLogger("xmon.daemon")
 

@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 
 from xmon.daemon.peers import PidCheck, PidVerifier, Verdict
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 PID_MAX_LIMIT = 4_194_304  # the kernel's largest pid_max on 64-bit Linux
 PID_POLICIES = ("require", "prefer", "off")  # the daemon's verify_pids

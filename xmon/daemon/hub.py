@@ -20,10 +20,10 @@ from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.links import AgentLink
 from xmon.daemon.parts import JoiningPool
-from xmon.daemon.snapshot_encoding import SnapshotEncoder
 from xmon.goodput.restarts import RestartMemory
 from xmon.model import Job, Snapshot
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.snapshot_encoding import SnapshotEncoder
 
 SUPPORTED_PROTOCOLS = frozenset({1})
 HELLO_TIMEOUT_SECONDS = 10.0
@@ -163,7 +163,7 @@ class Hub:
 @dataclass(frozen=True)
 class Frame:
     """One published snapshot for views: ``whole``, and ``changes`` from frame ``number - 1``
-    (unchanged programs named by the job that had them there; xmon.daemon.snapshot_encoding)
+    (unchanged programs named by the job that had them there; xmon.wire.snapshot_encoding)
     for a view that was sent that frame, or None where there is none to send."""
 
     number: int

@@ -25,8 +25,8 @@ from xmon.daemon.parts import PartJoiner
 from xmon.daemon.peers import PidCheck, Verdict, watch_exit
 from xmon.daemon.proof import PROOF_SECONDS, new_token, shows_token
 from xmon.daemon.sanitize import scrub
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
-from xmon.wire import PART_BYTES
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire.protocol import PART_BYTES
 
 log = logging.getLogger("xmon.daemon")
 

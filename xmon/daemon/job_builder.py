@@ -31,8 +31,8 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
-from xmon.proto import xmon_pb2
-from xmon.wire import fields_of
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import fields_of
 
 THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
 

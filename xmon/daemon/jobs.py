@@ -28,8 +28,8 @@ from xmon.model import (
     DeviceMemory,
     Program,
 )
-from xmon.proto import xmon_pb2
-from xmon.wire import optional_field_names
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import optional_field_names
 
 _Message = TypeVar("_Message", bound=Message)
 

@@ -35,8 +35,8 @@ from xmon.execution.samples import (
     parse_sample,
     step_begins_problem,
 )
-from xmon.proto import xmon_pb2
-from xmon.wire import SAMPLE_TAKEN_MAX_SECONDS
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import SAMPLE_TAKEN_MAX_SECONDS
 
 log = logging.getLogger("xmon.daemon")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 OUTBOX_SIZE = 16
 

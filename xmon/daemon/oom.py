@@ -23,7 +23,7 @@ from pathlib import Path
 
 from xmon.exporters import tb_logdir
 from xmon.findings.oom import LiveArrayRow, OomEvent, ProgramMemory
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 log = logging.getLogger("xmon.daemon")
 

@@ -1,4 +1,4 @@
-"""Messages an agent sent in parts (``MessagePart``, see :mod:`xmon.wire`), joined again.
+"""Messages an agent sent in parts (``MessagePart``, see :mod:`xmon.wire.protocol`), joined again.
 
 A stream's parts come back to back, in order. What one stream may have the daemon hold while
 joining is the largest message it takes (``max_message_bytes``); what all streams together may,
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from xmon.daemon.bounds import StateBudget
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 MAX_JOINING_BYTES = 64 * 1024 * 1024
 STALE_SECONDS = 10.0

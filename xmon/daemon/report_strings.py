@@ -13,7 +13,7 @@ from google.protobuf.internal.containers import RepeatedScalarFieldContainer
 
 from xmon.analysis.compiles import MAX_ARGUMENTS, MAX_CHANGES, MAX_TEXT
 from xmon.daemon.bounds import StateBudget
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 FUNCTION_NAME_CHARS = 128  # a label's length (xmon.exporters.metrics_table.LABEL_VALUE_MAX)
 ITEM_CHARS = MAX_TEXT  # each change and argument of a recompiled function

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from xmon import __version__, paths
+from xmon import __version__
 from xmon.analysis.peaks import PeakTable
 from xmon.collectors.base import CollectContext
 from xmon.collectors.runner import CollectorRunner
@@ -48,8 +48,9 @@ from xmon.findings.host import HostFindings
 from xmon.findings.oom import OomEvent
 from xmon.findings.tracker import FindingsTracker, worst_first
 from xmon.model import DaemonStats, SliceInfo, Snapshot
-from xmon.proto import xmon_pb2_grpc
-from xmon.wire import RECEIVE_LIMIT_BYTES
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2_grpc
+from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
 log = logging.getLogger("xmon.daemon")
 
@@ -245,7 +246,7 @@ class Daemon:
             # sees it: past this many at once gRPC refuses a call before reading it.
             maximum_concurrent_rpcs=self.calls,
             options=[
-                # Larger agent messages come in parts (xmon.wire): gRPC holds a stream's
+                # Larger agent messages come in parts (xmon.wire.protocol): gRPC holds a stream's
                 # whole message before the daemon reads it, so this bounds what each can.
                 ("grpc.max_receive_message_length", RECEIVE_LIMIT_BYTES),
                 ("grpc.max_send_message_length", limit),

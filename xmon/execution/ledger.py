@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xmon.execution.samples import SampleReading
-from xmon.wire import SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire.protocol import SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
 
 DEFAULT_WINDOW_SAMPLES = 6
 # A sample of a job without markers holds whole periods of its busiest program from three

@@ -63,8 +63,8 @@ from xmon.execution.xspace_bounds import (
     SpaceReader,
     check_ids,
 )
-from xmon.proto import xplane_pb2
-from xmon.wire import SAMPLE_ANCHOR
+from xmon.wire.proto import xplane_pb2
+from xmon.wire.protocol import SAMPLE_ANCHOR
 
 DEVICE_ORDINAL = "device_ordinal"
 HLO_OP = "hlo_op"

@@ -32,7 +32,7 @@ from xmon.execution.xspace_bounds import (
     SpaceReader,
     check_ids,
 )
-from xmon.proto import xplane_pb2
+from xmon.wire.proto import xplane_pb2
 
 PROGRAM_ID = "program_id"
 RUN_ID = "run_id"

@@ -9,7 +9,7 @@ and at most ``CHUNK_BYTES`` of one line's events at a time, and every count is c
 its bound before it is acted on: a space past one raises :class:`BoundExceeded` naming the
 bound (its ``xmon_daemon_refused_total`` label).
 
-Field numbers are those of ``xmon/proto/xplane.proto`` (the profiler's own): XSpace.planes 1;
+Field numbers are those of ``xmon/wire/proto/xplane.proto`` (the profiler's own): XSpace.planes 1;
 XPlane.lines 3, event_metadata 4, stat_metadata 5; XLine.events 4.
 """
 
@@ -22,8 +22,8 @@ from typing import TypeVar
 
 from google.protobuf.message import DecodeError
 
-from xmon.proto import xplane_pb2
-from xmon.wire import SAMPLE_MAX_BYTES
+from xmon.wire.proto import xplane_pb2
+from xmon.wire.protocol import SAMPLE_MAX_BYTES
 
 SPACE_PLANES = 1
 PLANE_LINES, PLANE_EVENT_METADATA, PLANE_STAT_METADATA = 3, 4, 5

@@ -30,8 +30,8 @@ from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
 from xmon.findings.stall import detect_stall, last_dispatched
 from xmon.model import Finding, HostSample, Job
-from xmon.proto import xmon_pb2
-from xmon.wire import fields_of
+from xmon.wire.proto import xmon_pb2
+from xmon.wire.protocol import fields_of
 
 SEVERITIES = ("info", "warning", "error")
 STEADY_STEPS = 10

@@ -1,6 +1,6 @@
 """HLO modules read from a serialized ``HloModuleProto`` (``as_serialized_hlo_module_proto()``).
 
-The fields are XLA's own (:file:`xmon/proto/hlo.proto` declares the ones xmon reads, with
+The fields are XLA's own (:file:`xmon/wire/proto/hlo.proto` declares the ones xmon reads, with
 XLA's numbers): a while's body and condition are its ``called_computation_ids`` (body first,
 as ``HloInstruction::CreateWhile`` appends them), its trip count is ``known_trip_count`` in its
 JSON ``backend_config`` (``WhileLoopBackendConfig``), a compare's direction, a tuple index, a
@@ -23,7 +23,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from xmon.hlo.graph import ASYNC_FOLLOWERS, Computation, ModuleGraph, gemm_flops
-from xmon.proto import hlo_pb2
+from xmon.wire.proto import hlo_pb2
 
 _WHILE_BODY, _WHILE_CONDITION = 0, 1  # HloInstruction's kBodyComputationIndex, kCondition...
 # Fusions, calls and async-starts run the computation they name first; reductions and sorts

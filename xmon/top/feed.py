@@ -36,7 +36,7 @@ class DaemonSource:
     backoff, so the view recovers by itself when the daemon comes back."""
 
     def __init__(self, socket_path: Path | None = None) -> None:
-        from xmon import paths
+        from xmon.wire import paths
 
         self.socket_path = socket_path or paths.default_socket_path()
         self._closed = threading.Event()

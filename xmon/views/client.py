@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from xmon import paths
 from xmon.model import Snapshot, snapshot_from_dict
-from xmon.proto import xmon_pb2, xmon_pb2_grpc
+from xmon.wire import paths
+from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 Reply = TypeVar("Reply")
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from xmon.proto import xmon_pb2 as xmon_dot_proto_dot_xmon__pb2
+from xmon.wire.proto import xmon_pb2 as xmon_dot_wire_dot_proto_dot_xmon__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in xmon/proto/xmon_pb2_grpc.py depends on'
+        + ' but the generated code in xmon/wire/proto/xmon_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class IngestStub:
         """
         self.Connect = channel.stream_stream(
                 '/xmon.v1.Ingest/Connect',
-                request_serializer=xmon_dot_proto_dot_xmon__pb2.AgentMessage.SerializeToString,
-                response_deserializer=xmon_dot_proto_dot_xmon__pb2.DaemonMessage.FromString,
+                request_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.AgentMessage.SerializeToString,
+                response_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.DaemonMessage.FromString,
                 _registered_method=True)
 
 
@@ -56,8 +56,8 @@ def add_IngestServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
-                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.AgentMessage.FromString,
-                    response_serializer=xmon_dot_proto_dot_xmon__pb2.DaemonMessage.SerializeToString,
+                    request_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.AgentMessage.FromString,
+                    response_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.DaemonMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -85,8 +85,8 @@ class Ingest:
             request_iterator,
             target,
             '/xmon.v1.Ingest/Connect',
-            xmon_dot_proto_dot_xmon__pb2.AgentMessage.SerializeToString,
-            xmon_dot_proto_dot_xmon__pb2.DaemonMessage.FromString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.AgentMessage.SerializeToString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.DaemonMessage.FromString,
             options,
             channel_credentials,
             insecure,
@@ -109,23 +109,23 @@ class ControlStub:
         """
         self.Subscribe = channel.unary_stream(
                 '/xmon.v1.Control/Subscribe',
-                request_serializer=xmon_dot_proto_dot_xmon__pb2.SubscribeRequest.SerializeToString,
-                response_deserializer=xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
+                request_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.SubscribeRequest.SerializeToString,
+                response_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
                 _registered_method=True)
         self.GetSnapshot = channel.unary_unary(
                 '/xmon.v1.Control/GetSnapshot',
-                request_serializer=xmon_dot_proto_dot_xmon__pb2.GetSnapshotRequest.SerializeToString,
-                response_deserializer=xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
+                request_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.GetSnapshotRequest.SerializeToString,
+                response_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
                 _registered_method=True)
         self.Capture = channel.unary_unary(
                 '/xmon.v1.Control/Capture',
-                request_serializer=xmon_dot_proto_dot_xmon__pb2.CaptureRequest.SerializeToString,
-                response_deserializer=xmon_dot_proto_dot_xmon__pb2.CaptureReply.FromString,
+                request_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.CaptureRequest.SerializeToString,
+                response_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.CaptureReply.FromString,
                 _registered_method=True)
         self.GetHlo = channel.unary_unary(
                 '/xmon.v1.Control/GetHlo',
-                request_serializer=xmon_dot_proto_dot_xmon__pb2.GetHloRequest.SerializeToString,
-                response_deserializer=xmon_dot_proto_dot_xmon__pb2.GetHloReply.FromString,
+                request_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.GetHloRequest.SerializeToString,
+                response_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.GetHloReply.FromString,
                 _registered_method=True)
 
 
@@ -161,23 +161,23 @@ def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
-                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.SubscribeRequest.FromString,
-                    response_serializer=xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.SerializeToString,
+                    request_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.SubscribeRequest.FromString,
+                    response_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.SnapshotMessage.SerializeToString,
             ),
             'GetSnapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSnapshot,
-                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.GetSnapshotRequest.FromString,
-                    response_serializer=xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.SerializeToString,
+                    request_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.GetSnapshotRequest.FromString,
+                    response_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.SnapshotMessage.SerializeToString,
             ),
             'Capture': grpc.unary_unary_rpc_method_handler(
                     servicer.Capture,
-                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.CaptureRequest.FromString,
-                    response_serializer=xmon_dot_proto_dot_xmon__pb2.CaptureReply.SerializeToString,
+                    request_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.CaptureRequest.FromString,
+                    response_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.CaptureReply.SerializeToString,
             ),
             'GetHlo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetHlo,
-                    request_deserializer=xmon_dot_proto_dot_xmon__pb2.GetHloRequest.FromString,
-                    response_serializer=xmon_dot_proto_dot_xmon__pb2.GetHloReply.SerializeToString,
+                    request_deserializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.GetHloRequest.FromString,
+                    response_serializer=xmon_dot_wire_dot_proto_dot_xmon__pb2.GetHloReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -205,8 +205,8 @@ class Control:
             request,
             target,
             '/xmon.v1.Control/Subscribe',
-            xmon_dot_proto_dot_xmon__pb2.SubscribeRequest.SerializeToString,
-            xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.SubscribeRequest.SerializeToString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
             options,
             channel_credentials,
             insecure,
@@ -232,8 +232,8 @@ class Control:
             request,
             target,
             '/xmon.v1.Control/GetSnapshot',
-            xmon_dot_proto_dot_xmon__pb2.GetSnapshotRequest.SerializeToString,
-            xmon_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.GetSnapshotRequest.SerializeToString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.SnapshotMessage.FromString,
             options,
             channel_credentials,
             insecure,
@@ -259,8 +259,8 @@ class Control:
             request,
             target,
             '/xmon.v1.Control/Capture',
-            xmon_dot_proto_dot_xmon__pb2.CaptureRequest.SerializeToString,
-            xmon_dot_proto_dot_xmon__pb2.CaptureReply.FromString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.CaptureRequest.SerializeToString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.CaptureReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -286,8 +286,8 @@ class Control:
             request,
             target,
             '/xmon.v1.Control/GetHlo',
-            xmon_dot_proto_dot_xmon__pb2.GetHloRequest.SerializeToString,
-            xmon_dot_proto_dot_xmon__pb2.GetHloReply.FromString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.GetHloRequest.SerializeToString,
+            xmon_dot_wire_dot_proto_dot_xmon__pb2.GetHloReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xmon.model import Job, Program, Snapshot, snapshot_to_dict
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 # Snapshots for views are gzip-compressed from this size on (JSON shrinks about tenfold), so a
 # large one still fits in a message; smaller ones cost no compression.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from xmon.proto import xmon_pb2
+from xmon.wire.proto import xmon_pb2
 
 # The data of one MessagePart. Small, because every call the daemon takes may hold one message
 # of this size in gRPC while its last bytes are awaited: 4,096 streams at 1 MiB were 4.4 GiB.

@@ -1,0 +1,14 @@
+"""What crosses a process boundary, shared by the agent, the daemon and the views:
+
+* ``proto``: the wire protocol (``xmon.proto``, package ``xmon.v1``) and its generated code, and
+  the checked-in subsets of XLA's ``xplane.proto`` and ``hlo.proto`` that samples and programs
+  arrive in.
+* ``protocol``: the protocol's shared rules: proto <-> model field conversions, message parts,
+  the size bounds every side keeps.
+* ``snapshot_encoding``: a snapshot's JSON for the views, encoded once a tick, and its frames of
+  what changed.
+* ``paths``: where the daemon listens and writes, and which owners of its socket are trusted.
+
+Nothing here imports jax, a gRPC server or the daemon: the daemon reads agents' messages at its
+intake (``xmon.daemon.ingest``), the views read snapshots (``xmon.views.client``).
+"""
