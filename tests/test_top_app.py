@@ -22,7 +22,7 @@ from xmon.top.feed import FeedEvent, FeedStatus, queue_source
 from xmon.top.help import CAPTURE_UNAVAILABLE, HelpScreen
 from xmon.top.memory import MemoryTree
 from xmon.top.panels import NO_DEVICES
-from xmon.top.tables import SortableTable
+from xmon.top.tables import MAX_PROGRAM_ROWS, SortableTable
 
 from views_support import job, snapshot, tpu_device
 
@@ -124,6 +124,27 @@ def test_pilot_sort_cycles_columns_and_reverses() -> None:
             await pilot.press("p", "s")  # the programs table sorts on its own
             assert app.query_one("#programs-table", SortableTable).sort_label == "BYTES"
             assert table.sort_label == "MFU"
+
+    asyncio.run(scenario())
+
+
+def test_pilot_programs_view_shows_the_first_rows_of_a_large_catalogue() -> None:
+    """Past MAX_PROGRAM_ROWS the programs view shows the first rows in its sort order (the
+    costliest by FLOPs), says how many of how many, and re-sorting picks them again."""
+    rows = MAX_PROGRAM_ROWS
+    big = snapshot(1, jobs=(job("alpha", 101, programs=rows + 50),))
+
+    async def scenario() -> None:
+        async with top(big, size=(160, 36)) as (app, pilot, _):
+            await pilot.press("p")
+            await until(pilot, lambda: len(order(app, "#programs-table")) == rows)
+            # by FLOPs descending: the last 500 programs of the job (flops grow with the index)
+            assert order(app, "#programs-table")[0] == f"101:alpha-fp{rows + 49}"
+            assert order(app, "#programs-table")[-1] == "101:alpha-fp50"
+            await sees(pilot, app, f"Programs (the first {rows} of {rows + 50:,})")
+            await pilot.press("r")  # ascending: the cheapest 500 instead
+            await until(pilot, lambda: order(app, "#programs-table")[0] == "101:alpha-fp0")
+            assert len(order(app, "#programs-table")) == rows
 
     asyncio.run(scenario())
 

@@ -176,7 +176,9 @@ class XmonTop(App[None]):
         label_id = {"#jobs": "#jobs-label", "#programs-table": "#programs-label"}.get(
             selector, "#compiles-label"
         )
-        heading, width = f"{title} ({len(items)})", self.size.width
+        shown = len(table.keys)
+        count = f"{len(items)}" if shown == len(items) else f"the first {shown:,} of {len(items):,}"
+        heading, width = f"{title} ({count})", self.size.width
         label = panels.table_label(heading, table.sort_label, table.reverse, legend, width)
         self.query_one(label_id, Static).update(label)
 
