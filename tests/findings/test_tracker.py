@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from xmon.findings.tracker import FindingsTracker
+from xmon.findings.recompiles import FunctionCompiles
+from xmon.findings.tracker import AgentEvidence, FindingsTracker
 from xmon.model import (
     CompileStats,
     DeviceInfo,
@@ -17,7 +18,6 @@ from xmon.model import (
     LedgerStats,
     StepStats,
 )
-from xmon.wire.proto import xmon_pb2
 
 
 class Clock:
@@ -70,26 +70,18 @@ def test_host_bound_waits_for_steady_state_and_keeps_its_since() -> None:
 def test_stall_counts_from_first_sight_and_carries_the_stacks() -> None:
     clock = Clock()
     tracker = FindingsTracker(clock, wall=clock)
-    report = xmon_pb2.AgentReport(stall=xmon_pb2.StallReport(stacks="Thread MainThread (1):\n"))
-    assert "stall" not in kinds(tracker.annotate((job(50, busy=0.9),), {7: report}, None))
+    evidence = AgentEvidence(stall_stacks="Thread MainThread (1):\n")
+    assert "stall" not in kinds(tracker.annotate((job(50, busy=0.9),), {7: evidence}, None))
     clock.now += 25
-    (stalled,) = tracker.annotate((job(50, busy=0.9),), {7: report}, None)
+    (stalled,) = tracker.annotate((job(50, busy=0.9),), {7: evidence}, None)
     assert [f.kind for f in stalled.findings][:1] == ["stall"]
     assert stalled.findings[0].detail.startswith("Thread MainThread")
 
 
-def test_recompiled_functions_come_from_the_report() -> None:
-    report = xmon_pb2.AgentReport(
-        compile_functions=[
-            xmon_pb2.FunctionCompiles(
-                name="jit_step",
-                compiles_total=9,
-                steady_recompiles_total=8,
-                changes=["shape: arg 0"],
-            )
-        ]
-    )
-    (annotated,) = FindingsTracker().annotate((job(5, busy=0.9),), {7: report}, None)
+def test_recompiled_functions_come_from_the_agents_evidence() -> None:
+    function = FunctionCompiles("jit_step", 9, 8, changes=("shape: arg 0",))
+    evidence = AgentEvidence(functions=(function,))
+    (annotated,) = FindingsTracker().annotate((job(5, busy=0.9),), {7: evidence}, None)
     assert [(f.kind, f.subject) for f in annotated.findings][0] == ("recompile", "jit_step")
 
 

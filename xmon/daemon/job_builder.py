@@ -14,6 +14,8 @@ from xmon.analysis.peaks import PeakTable
 from xmon.daemon.jobs import JobState, clean_label, clean_text, device_memory
 from xmon.execution import rates
 from xmon.execution.ledger import JobLedger, LedgerRates
+from xmon.findings.recompiles import FunctionCompiles
+from xmon.findings.tracker import NO_EVIDENCE, AgentEvidence
 from xmon.goodput.restarts import RestartMemory
 from xmon.model import (
     AgentHealth,
@@ -243,6 +245,27 @@ class JobBuilder:
             flops_upper_bound=work.upper_bound,
             tokens_per_second=derived.achieved_rate(steps.tokens_per_step, steps.steps_per_second),
         )
+
+
+def agent_evidence(report: xmon_pb2.AgentReport | None) -> AgentEvidence:
+    """What the findings read of a job's latest report beside its Job (xmon.findings.tracker)."""
+    if report is None:
+        return NO_EVIDENCE
+    stall = report.stall if report.HasField("stall") else None
+    return AgentEvidence(
+        functions=tuple(
+            FunctionCompiles(
+                **{
+                    **fields_of(f, xmon_pb2.FunctionCompiles),
+                    "changes": tuple(f.changes),
+                    "arguments": tuple(f.arguments),
+                }
+            )
+            for f in report.compile_functions
+        ),
+        stall_stacks=stall.stacks if stall is not None else "",
+        step_thread_in_program=stall.step_thread_in_program if stall is not None else "",
+    )
 
 
 def _stall_waits_in(report: xmon_pb2.AgentReport | None) -> str | None:

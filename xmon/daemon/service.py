@@ -35,7 +35,7 @@ from xmon.daemon.bounds import (
 from xmon.daemon.control import ControlService
 from xmon.daemon.hub import Hub
 from xmon.daemon.ingest import IngestService
-from xmon.daemon.job_builder import JobBuilder
+from xmon.daemon.job_builder import JobBuilder, agent_evidence
 from xmon.daemon.jobs import JobState
 from xmon.daemon.oom import OomSink
 from xmon.daemon.peers import PidVerifier
@@ -384,8 +384,8 @@ class Daemon:
         )
         self.builder.forget(connected.values())
         jobs = self.profiling.annotate(jobs)
-        reports = {state.pid: state.report for state in still_live}
-        jobs = self.findings.annotate(jobs, reports, output.host)
+        evidence = {state.pid: agent_evidence(state.report) for state in still_live}
+        jobs = self.findings.annotate(jobs, evidence, output.host)
         self._seq += 1
         counters = self.hub.counters
         snapshot = Snapshot(

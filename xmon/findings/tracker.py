@@ -1,8 +1,9 @@
 """The daemon's findings: every detector run on each job it builds, with the history they need.
 
-One :class:`FindingsTracker` per daemon. Each tick it sees every job (and the latest report of
-its agent, for the recompiled functions and the stall stacks) and returns the jobs with their
-findings set. Findings that judge a rate wait for steady state: the daemon must itself have
+One :class:`FindingsTracker` per daemon. Each tick it sees every job (and what the latest report
+of its agent says beside the job, :class:`AgentEvidence`: the recompiled functions and the stall
+stacks, read from the report where the daemon took it) and returns the jobs with their findings
+set. Findings that judge a rate wait for steady state: the daemon must itself have
 seen ``STEADY_STEPS`` steps arrive since the job attached or the daemon started, and no compile
 in the last ``QUIET_AFTER_COMPILE_SECONDS``.
 """
@@ -30,14 +31,26 @@ from xmon.findings.recompiles import FunctionCompiles, detect_recompiles
 from xmon.findings.setup import detect_setup
 from xmon.findings.stall import detect_stall, last_dispatched
 from xmon.model import Finding, HostSample, Job
-from xmon.wire.proto import xmon_pb2
-from xmon.wire.protocol import fields_of
 
 SEVERITIES = ("info", "warning", "error")
 STEADY_STEPS = 10
 QUIET_AFTER_COMPILE_SECONDS = 5.0
 MEMORY_READINGS = 64
 CPU_READINGS = 60  # the job's CPU waits, one per tick: about the ledger's recent window
+
+
+@dataclass(frozen=True)
+class AgentEvidence:
+    """What a job's latest report says that its ``Job`` does not carry: the functions it
+    compiled and why (the recompile finding's causes), and, while its steps wait, its threads'
+    stacks and the program its step thread is in (the stall finding's evidence)."""
+
+    functions: tuple[FunctionCompiles, ...] = ()
+    stall_stacks: str = ""
+    step_thread_in_program: str = ""
+
+
+NO_EVIDENCE = AgentEvidence()
 
 
 def severity_rank(severity: str) -> int:
@@ -88,42 +101,40 @@ class FindingsTracker:
     def annotate(
         self,
         jobs: tuple[Job, ...],
-        reports: Mapping[int, xmon_pb2.AgentReport | None],
+        evidence: Mapping[int, AgentEvidence],
         host: HostSample | None,
     ) -> tuple[Job, ...]:
-        """The jobs with their findings, worst first."""
+        """The jobs with their findings, worst first; ``evidence`` by pid (none: nothing
+        reported beside the job)."""
         live = {job.pid for job in jobs}
         for pid in [p for p in self._jobs if p not in live]:
             del self._jobs[pid]
         for pid in [p for p in self._ooms if p not in live]:
             del self._ooms[pid]
-        return tuple(self._annotated(job, reports.get(job.pid), host) for job in jobs)
+        return tuple(self._annotated(job, evidence.get(job.pid, NO_EVIDENCE), host) for job in jobs)
 
-    def _annotated(
-        self, job: Job, report: xmon_pb2.AgentReport | None, host: HostSample | None
-    ) -> Job:
-        findings = self._judge(job, report, host)
+    def _annotated(self, job: Job, evidence: AgentEvidence, host: HostSample | None) -> Job:
+        findings = self._judge(job, evidence, host)
         history = self._jobs[job.pid]
         since_step = self._clock() - history.steps_changed_at if job.steps.steps_total else None
         steps = dataclasses.replace(job.steps, seconds_since_last_step=since_step)
         return dataclasses.replace(job, findings=findings, steps=steps)
 
     def _judge(
-        self, job: Job, report: xmon_pb2.AgentReport | None, host: HostSample | None
+        self, job: Job, evidence: AgentEvidence, host: HostSample | None
     ) -> tuple[Finding, ...]:
         now = self._clock()
         history = self._observe(job, now)
-        found: list[Finding | None] = list(detect_recompiles(functions_of(report), since=0.0))
-        stall = report.stall if report is not None and report.HasField("stall") else None
+        found: list[Finding | None] = list(detect_recompiles(evidence.functions, since=0.0))
         found.append(
             detect_stall(
                 now - history.steps_changed_at,
                 job.steps.p50_step_seconds,
                 job.steps.steps_total,
                 0.0,
-                stall.stacks if stall is not None else "",
+                evidence.stall_stacks,
                 last_dispatched(
-                    stall.step_thread_in_program if stall is not None else "",
+                    evidence.step_thread_in_program,
                     job.ledger.last_program,
                     job.ledger.last_program_seen_at,
                     self._wall(),
@@ -197,18 +208,3 @@ def _starved(history: _History) -> bool | None:
         return None
     n = len(history.cpu)
     return waits_for_cpu(sum(w for w, _ in history.cpu) / n, sum(u for _, u in history.cpu) / n)
-
-
-def functions_of(report: xmon_pb2.AgentReport | None) -> tuple[FunctionCompiles, ...]:
-    if report is None:
-        return ()
-    return tuple(
-        FunctionCompiles(
-            **{
-                **fields_of(f, xmon_pb2.FunctionCompiles),
-                "changes": tuple(f.changes),
-                "arguments": tuple(f.arguments),
-            }
-        )
-        for f in report.compile_functions
-    )
