@@ -28,6 +28,11 @@ Cases (the patterns the execution ledger must get right):
 * ``slow_0.3``, ``slow_2``, ``slow_10`` (``_unmarked``): the ``aot`` step padded by host work
   to 0.3 s, 2 s or 10 s, longer than a sample's configured duration;
 * ``recompile``: a new program compiled and run every step (a fresh function each step).
+* ``branches``: a ``lax.cond`` whose data picks its costly branch one step in four; the truth
+  is what ran (``flops_per_step``) and XLA's figure, the costliest branch every step
+  (``costliest_flops_per_step``);
+* ``data_movement``: the train step, then a program that only moves data (a roll along the
+  features): XLA's cost analysis gives it no FLOPs key, and it does none.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -192,6 +198,52 @@ def evaluate(every: int = EVAL_EVERY) -> Job:
     return Job(step, flops, analytic)
 
 
+HEAVY_EVERY = 4  # the branches case takes its costly branch on one step in four
+
+
+def branches() -> tuple[Job, float]:
+    """The step's ``lax.cond`` runs two matmuls when its step counter says so, a scaling
+    otherwise; returns the job (its truth: what ran) and XLA's figure for the step program."""
+    x, w = _data()
+
+    def light(w: Any, v: Any) -> Any:
+        return v * 0.5
+
+    def pick(w: Any, v: Any, k: Any) -> Any:
+        return lax.cond(k % HEAVY_EVERY == 0, _layer, light, w, v)
+
+    k = jnp.int32(0)
+    step_program = jax.jit(pick).lower(w, x, k).compile()
+    heavy_flops = all_device_flops(jax.jit(_layer).lower(w, x).compile())
+    light_flops = all_device_flops(jax.jit(light).lower(w, x).compile())
+    flops = (heavy_flops + (HEAVY_EVERY - 1) * light_flops) / HEAVY_EVERY
+    state = {"x": x}
+
+    def step(i: int) -> None:
+        state["x"] = step_program(w, state["x"], jnp.int32(i))
+
+    analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH) / HEAVY_EVERY  # the scaling is ~0.1 %
+    return Job(step, flops, analytic), all_device_flops(step_program)
+
+
+def data_movement() -> Job:
+    """The ``aot`` step, then a roll of the activations along their features (each device
+    moves its own shard: no collective), which XLA costs with bytes and no FLOPs key."""
+    x, w = _data()
+    train = jax.jit(_layer).lower(w, x).compile()
+    roll = jax.jit(lambda v: jnp.roll(v, 1, axis=1)).lower(x).compile()
+    costs = roll.cost_analysis()
+    costs = costs[0] if isinstance(costs, list) else costs
+    assert "flops" not in costs, costs  # what the case is about
+    state = {"x": x}
+
+    def step(_: int) -> None:
+        state["x"] = roll(train(w, state["x"]))
+
+    analytic = 2 * matmul_flops(BATCH, WIDTH, WIDTH)
+    return Job(step, all_device_flops(train), analytic)
+
+
 def scan_layers() -> Job:
     """MaxText's train step: scan over stacked layers with jax.checkpoint and jax.grad (the
     fidelity suite's pattern). Truth: the cost analysis of its unrolled twin, which runs the
@@ -315,6 +367,11 @@ def main(case: str, out: Path) -> None:
         job = evaluate(int(case.split("_")[1]))
     elif case == "scan_layers":
         job = scan_layers()
+    elif case == "branches":
+        job, costliest = branches()
+        extra["costliest_flops_per_step"] = costliest
+    elif case == "data_movement":
+        job = data_movement()
     elif case == "host_bound":
         job, waits = host_bound()
     elif case == "transformer":

@@ -92,7 +92,7 @@ def close(value: float | None, truth: float, tolerance: float) -> bool:
 
 
 @pytest.mark.parametrize(
-    "case", ["aot", "same_name", "accumulate", "eval", "eval_10", "scan_layers"]
+    "case", ["aot", "same_name", "accumulate", "eval", "eval_10", "scan_layers", "data_movement"]
 )
 def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str) -> None:
     job, truth = run_case(tmp_path, daemon, case)
@@ -115,13 +115,30 @@ def test_flops_per_step_count_what_ran(tmp_path: Path, daemon: Daemon, case: str
     ran = sorted(p.executions_per_step for p in job.programs if p.executions_per_step)
     expected = {"aot": [1.0], "same_name": [1.0, 1.0], "accumulate": [1.0, 4.0],
                 "eval": [0.5, 1.0], "eval_10": [0.1, 1.0],
-                "scan_layers": [1.0, 1.0]}[case]  # fmt: skip
+                "scan_layers": [1.0, 1.0], "data_movement": [1.0, 1.0]}[case]  # fmt: skip
     # within 2 % each: an eval every 10 steps counted one too many in a sample is +25 %
     assert ran == pytest.approx(expected, rel=0.02), [
         (p.name, p.executions_per_step) for p in job.programs
     ]
     if case == "same_name":
         assert {p.name for p in job.programs if p.executions_per_step} == {"jit_step"}
+
+
+def test_a_branch_the_data_picks_is_counted_as_a_bound_that_holds(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    """XLA costs a lax.cond at its costliest branch, whichever runs; the job takes it one step
+    in four. xmon's FLOPs/step is that figure, flagged as an upper bound, and holds."""
+    job, truth = run_case(tmp_path, daemon, "branches")
+    steps, util = job.steps, job.utilization
+    assert util.flops_upper_bound and not util.flops_lower_bound
+    assert close(steps.flops_per_step, truth["costliest_flops_per_step"], 0.02)
+    assert steps.flops_per_step is not None and steps.flops_per_step >= truth["flops_per_step"]
+    assert close(truth["flops_per_step"], truth["analytic_flops_per_step"], 0.02)
+    rate = own_rate(truth, job)
+    assert close(steps.steps_per_second, rate, 0.02)
+    achieved = util.achieved_flops_per_second
+    assert achieved is not None and achieved >= truth["flops_per_step"] * rate * 0.98
 
 
 @pytest.mark.parametrize("case", ["slow_0.3", "slow_2", "slow_10"])
