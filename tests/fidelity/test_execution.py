@@ -233,6 +233,16 @@ def test_device_busy_ratio_shows_a_host_bound_job(tmp_path: Path, daemon: Daemon
     busy = {d.info.id: d.busy_ratio for d in job.devices}
     assert busy[0] is not None and abs(busy[0] - own) <= 0.05, (busy, own)
     assert all(busy[d] is not None and busy[d] < 0.02 for d in (1, 2, 3)), busy
+    # The step's breakdown follows the device the step uses, not the mean of all four (which
+    # put a quarter of the compute in it and the rest in the host's share).
+    steps = len(truth["begins"])
+    step_seconds = truth["wall_seconds"] / steps
+    own_compute = truth["device_seconds"] / steps
+    breakdown = job.step_breakdown
+    assert breakdown is not None
+    assert abs(breakdown.compute_seconds - own_compute) <= 0.05 * step_seconds, (
+        breakdown, own_compute, step_seconds)  # fmt: skip
+    assert abs(breakdown.host_seconds - (step_seconds - own_compute)) <= 0.05 * step_seconds
 
 
 def test_transformer_mfu_from_declared_model_flops(tmp_path: Path, daemon: Daemon) -> None:
