@@ -33,6 +33,8 @@ Cases (the patterns the execution ledger must get right):
   (``costliest_flops_per_step``);
 * ``data_movement``: the train step, then a program that only moves data (a roll along the
   features): XLA's cost analysis gives it no FLOPs key, and it does none.
+* ``traced``: the ``aot`` job tracing itself for its whole run (``jax.profiler.start_trace``
+  before its loop, stopped after it): a process has one profiler, so xmon's ledger cannot sample.
 """
 
 from __future__ import annotations
@@ -351,7 +353,7 @@ def main(case: str, out: Path) -> None:
     extra: dict[str, float] = {}
     waits: dict[str, float] = {}
     marked = not case.endswith("unmarked")
-    if case in ("aot", "unmarked"):
+    if case in ("aot", "unmarked", "traced"):
         job = aot()
     elif case.startswith("slow_"):
         job = slow(float(case.split("_")[1]))
@@ -383,6 +385,8 @@ def main(case: str, out: Path) -> None:
     truth = {"case": case, "flops_per_step": job.flops, "analytic_flops_per_step": job.analytic,
              **extra}  # fmt: skip
     out.write_text(json.dumps(truth))
+    if case == "traced":
+        jax.profiler.start_trace(str(out.with_suffix(".trace")))
     stop = Path(f"{out}.stop")
     begins: list[float] = []
     started = time.perf_counter()
@@ -399,6 +403,8 @@ def main(case: str, out: Path) -> None:
             _host_work(began, job.step_seconds)
         i += 1
     jax.effects_barrier()
+    if case == "traced":
+        jax.profiler.stop_trace()
     truth.update(begins=begins, wall_seconds=time.perf_counter() - started, **waits)
     out.write_text(json.dumps(truth))
 

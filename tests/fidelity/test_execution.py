@@ -141,6 +141,28 @@ def test_a_branch_the_data_picks_is_counted_as_a_bound_that_holds(
     assert achieved is not None and achieved >= truth["flops_per_step"] * rate * 0.98
 
 
+def test_a_job_tracing_itself_has_its_ledger_numbers_absent_and_told_why(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    """The job holds the process's one profiler for its whole run: every sample is skipped.
+    What stands on samples is absent (never 0 or a guess), what does not (marked steps) is
+    right, and the job's findings say why (xmon doctor shows them)."""
+
+    def told(job: Job) -> bool:
+        return any(f.kind == "ledger_kept_busy" for f in job.findings)
+
+    job, truth = run_case(tmp_path, daemon, "traced", samples=0, until=told)
+    steps, util = job.steps, job.utilization
+    assert job.ledger.samples == 0 and job.agent.ledger_samples_busy_total >= 3
+    assert steps.flops_per_step is None and util.achieved_flops_per_second is None
+    assert util.hardware_flops_utilization_ratio is None and job.step_breakdown is None
+    assert all(d.busy_ratio is None for d in job.devices)
+    assert close(steps.steps_per_second, own_rate(truth, job), 0.02)
+    (finding,) = [f for f in job.findings if f.kind == "ledger_kept_busy"]
+    assert "own trace" in finding.summary and "jax.profiler.trace" in finding.fix
+    assert list((tmp_path / "traced.trace").rglob("*.xplane.pb")), "the job's trace was written"
+
+
 @pytest.mark.parametrize("case", ["slow_0.3", "slow_2", "slow_10"])
 def test_steps_longer_than_a_sample_are_held_whole(
     tmp_path: Path, daemon: Daemon, case: str

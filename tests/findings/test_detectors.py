@@ -181,11 +181,12 @@ def test_setup() -> None:
 
 
 def test_a_job_tracing_itself_throughout_is_told_why_the_ledger_shows_nothing() -> None:
-    busy = AgentHealth(ledger_samples_skipped_total=5, ledger_samples_busy_total=5)
+    busy = AgentHealth(ledger_samples_skipped_total=3, ledger_samples_busy_total=3)
     unsampled = LedgerStats(samples=0)
     blocked = job(agent=busy, ledger=unsampled)
-    assert "ledger_kept_busy" not in kinds(detect_setup(blocked, 30.0, 1.0))  # too soon
-    (finding,) = [f for f in detect_setup(blocked, 120.0, 1.0) if f.kind == "ledger_kept_busy"]
+    briefly = job(agent=AgentHealth(ledger_samples_busy_total=2), ledger=unsampled)
+    assert "ledger_kept_busy" not in kinds(detect_setup(briefly, 120.0, 1.0))  # a short trace
+    (finding,) = [f for f in detect_setup(blocked, 30.0, 1.0) if f.kind == "ledger_kept_busy"]
     assert finding.severity == "warning" and "jax.profiler.trace" in finding.fix
     assert "ledger_kept_busy" not in kinds(detect_setup(job(agent=busy), 120, 1))  # it sampled
     assert "ledger_kept_busy" not in kinds(detect_setup(job(ledger=unsampled), 120.0, 1.0))

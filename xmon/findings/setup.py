@@ -172,16 +172,18 @@ def _cache_never_hits(job: Job, since: float) -> Finding | None:
     )
 
 
-LEDGER_BUSY_AFTER_SECONDS = 60.0  # attached this long, samples all skipped for a busy profiler
+# Samples skipped for a busy profiler, none taken in the ledger's window: a trace of a few
+# steps ends within one sample period; three (a minute at the default duty) with none taken is the
+# job's own trace kept running. Counted in the job's samples, not seconds, so the judgement
+# follows the configured duty.
+LEDGER_BUSY_SKIPS = 3
 
 
 def _ledger_kept_busy(job: Job, age_seconds: float, since: float) -> Finding | None:
     """The job traces itself (jax.profiler.start_trace for its whole run): the profiler is
     one per process, so the ledger never samples and what stands on it is absent."""
     a = job.agent
-    if age_seconds < LEDGER_BUSY_AFTER_SECONDS or job.ledger.samples:
-        return None
-    if not a.ledger_samples_busy_total:
+    if job.ledger.samples or a.ledger_samples_busy_total < LEDGER_BUSY_SKIPS:
         return None
     return Finding(
         kind="ledger_kept_busy",
