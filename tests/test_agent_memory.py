@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -116,6 +117,56 @@ def test_a_thread_sleeping_is_not_a_dispatch() -> None:
     assert not calls_jax(frame)
     assert dispatch_marks([threading.get_ident()]) is not None
     thread.join()
+
+
+class JitWrapper:
+    """Stands for a library's jit wrapper (Flax NNX's ``nnx.jit``): an object holding its
+    jitted function, whose ``__call__`` runs Python after the jitted call returns."""
+
+    def __init__(self, after: float) -> None:
+        self.jitted_fn = PjitFunction(time.sleep, 0.0)
+        self.after = after
+
+    def __call__(self) -> None:
+        self.jitted_fn()
+        time.sleep(self.after)  # writes the new state back into the module: old state alive
+
+
+class Trainer:
+    """Holds a jitted step too, but is not called: its method runs the loop."""
+
+    def __init__(self) -> None:
+        self.step = PjitFunction(time.sleep, 0.0)
+
+    def fit(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def _parked(target: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=target)
+    thread.start()
+    time.sleep(0.1)
+    return thread
+
+
+def test_a_thread_inside_a_jit_wrapper_after_its_jitted_call_is_in_flight() -> None:
+    wrapper = JitWrapper(after=0.5)
+    thread = _parked(lambda: wrapper())
+    try:
+        frame = dict(sys._current_frames())[thread.ident]  # type: ignore[index]
+        assert not calls_jax(frame)  # the top frame sleeps: only its caller tells
+        assert dispatch_marks([threading.get_ident()]) is None
+    finally:
+        thread.join()
+
+
+def test_objects_holding_a_jitted_function_count_only_while_called() -> None:
+    trainer = Trainer()
+    thread = _parked(lambda: trainer.fit(0.5))  # a method of the object: at rest here
+    try:
+        assert dispatch_marks([threading.get_ident()]) is not None
+    finally:
+        thread.join()
 
 
 def test_no_snapshot_is_taken_while_a_step_is_open() -> None:

@@ -5,8 +5,9 @@ Run as a script, one job per process (4 CPU devices):
     python tests/fidelity/memory_jobs.py CASE OUT_JSON [--markers] [--seconds S]
 
 CASE is ``data_parallel`` (a batch sharded over the devices, replicated parameters, the
-batch's shards read back the way data-parallel code logs them, then at rest) or ``donated``
-(a training loop whose state is donated to every step). Each job computes its truth without
+batch's shards read back the way data-parallel code logs them, then at rest), ``donated``
+(a training loop whose state is donated to every step) or ``nnx`` (Flax NNX: a module and its
+optimizer updated in place by an ``nnx.jit`` step). Each job computes its truth without
 xmon: the bytes of every array it holds, per device, from the arrays' own shapes and shard
 shapes (each buffer once). It attaches the agent (``XMON_SOCKET``), records every memory
 reading the agent publishes, and writes them with the truth to OUT_JSON. Then it stays at rest
@@ -172,7 +173,79 @@ def steps(seconds: float, markers: bool) -> dict[str, Any]:
     return {"steps_total": count, "step_seconds_total": last_end - first_start}
 
 
-CASES = {"data_parallel": data_parallel, "donated": donated, "steps": steps}
+def nnx_training(seconds: float, markers: bool) -> dict[str, Any]:
+    """Flax NNX as its docs train: an ``nnx.Module`` and an ``nnx.Optimizer`` updated in place
+    by an ``nnx.jit`` step. The wrapper splits the objects' state, calls its jitted function and
+    writes the new state back into the objects: until it has, old and new state are both
+    alive, though no jitted call is running."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    import xmon
+
+    _, _, replicated = _mesh()
+
+    class Model(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.first = nnx.Linear(PARAMS[0], PARAMS[1], rngs=rngs)
+            self.second = nnx.Linear(PARAMS[1], PARAMS[1], rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.second(jnp.tanh(self.first(x)))
+
+    model = Model(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-4), wrt=nnx.Param)
+    # Everything replicated: each device computes the whole step, with no collective (XLA's
+    # CPU all-reduce can stall on a 2-core host with 4 devices).
+    nnx.update((model, optimizer), jax.device_put(nnx.state((model, optimizer)), replicated))
+    batch = jax.device_put(np.ones((BATCH[0] // 4, BATCH[1]), np.float32), replicated)
+
+    @nnx.jit
+    def train_step(model: Model, optimizer: Any, x: Any) -> Any:
+        def loss(model: Model) -> Any:
+            return jnp.mean(model(x) ** 2)
+
+        value, grads = nnx.value_and_grad(loss)(model)
+        optimizer.update(model, grads)
+        return value
+
+    def held() -> dict[int, int]:
+        leaves = jax.tree.leaves(nnx.state((model, optimizer)))
+        arrays = [leaf for leaf in leaves if isinstance(leaf, jax.Array)]
+        return _bytes_per_device([batch, *arrays])
+
+    train_step(model, optimizer, batch).block_until_ready()
+    truth = held()
+    truth_since = time.monotonic()
+    deadline = time.monotonic() + seconds
+    steps = 0
+    while time.monotonic() < deadline:
+        if markers:
+            with xmon.step():
+                train_step(model, optimizer, batch)
+        else:
+            train_step(model, optimizer, batch)
+            time.sleep(0.002)  # host work between steps
+        steps += 1
+    jax.block_until_ready(nnx.state((model, optimizer)))
+    return {
+        "truth": truth,
+        "truth_since": truth_since,
+        "rest_truth": held(),
+        "steps": steps,
+        "keep": [batch, model, optimizer],
+    }
+
+
+CASES = {
+    "data_parallel": data_parallel,
+    "donated": donated,
+    "nnx": nnx_training,
+    "steps": steps,
+}
 
 
 def main(argv: list[str]) -> int:

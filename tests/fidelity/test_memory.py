@@ -98,6 +98,14 @@ def test_donated_training_memory_is_never_read_mid_step(
     finish(job, out)
 
 
+def test_flax_nnx_marked_steps_are_read_as_they_end(tmp_path: Path, daemon: Daemon) -> None:
+    """With xmon.step() around the nnx.jit step, readings come at step ends: every one right."""
+    job, result, out = run_job(tmp_path, daemon, "nnx", "--markers", "--seconds", "8")
+    assert result["steps"] > 50
+    check_readings(result)
+    finish(job, out)
+
+
 def _gauge(text: str, name: str) -> dict[str, float]:
     """Values by device label of one metric in a /metrics page."""
     values = {}

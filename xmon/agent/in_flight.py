@@ -7,6 +7,12 @@ the call instruction. Reading the loads of that call site in the frame's bytecod
 callable; a jitted callable, or one that cannot be told, marks the moment as mid-dispatch.
 Deciding wrongly "in flight" only costs a reading (the last one stands); the check never
 calls user code (attributes are read with ``inspect.getattr_static``).
+
+A library's jit wrapper (Flax NNX's ``nnx.jit``, an object holding its ``jax.jit`` function)
+runs Python around the jitted call: it splits a module's state before and writes the new state
+back into the module after, while the old is still alive (a reading there counted the model
+and its optimizer twice). So the frames below the top count too: a thread is in flight while
+any of its frames is stopped calling a jitted function or an object that holds one.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import dis
 import functools
 import inspect
 import threading
+import types
 from collections.abc import Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any
@@ -69,14 +76,44 @@ def _lookup(frame: FrameType, name: str) -> Any:
     return _UNKNOWN
 
 
+def holds_jitted(obj: Any) -> bool:
+    """A callable object holding a jitted function among its own attributes: a library's jit
+    wrapper (``nnx.jit`` returns one). Functions, methods and classes are not such objects."""
+    if isinstance(obj, type | functools.partial) or inspect.isroutine(obj):
+        return False
+    kind = type(obj)
+    if inspect.getattr_static(kind, "__call__", None) is None:
+        return False
+    # The instance's own attributes through the C-level __dict__ slot its class has (a class
+    # that defines __dict__ itself is passed over: reading it could run its code).
+    slot = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
+    if not isinstance(slot, types.GetSetDescriptorType):
+        return False
+    own = slot.__get__(obj, kind)
+    return isinstance(own, dict) and any(is_jitted(v) for v in own.values())
+
+
 def calls_jax(frame: FrameType) -> bool:
-    """Whether the frame is stopped in a call that may be a jitted function."""
+    """Whether the frame is stopped in a call that may be a jitted function (or a wrapper
+    holding one)."""
     loads = call_site(frame.f_code, frame.f_lasti)
     if loads is None:
         return False
     if not loads:
         return True  # the callable came from an expression we cannot name
-    return any(v is _UNKNOWN or is_jitted(v) for v in _resolved(frame, loads))
+    resolved = list(_resolved(frame, loads))
+    return any(v is _UNKNOWN or is_jitted(v) for v in resolved) or holds_jitted(resolved[-1])
+
+
+def within_jax(frame: FrameType) -> bool:
+    """Whether a caller's frame (one below the top) is stopped calling a jitted function or a
+    wrapper holding one: the thread runs inside that call. A callee that cannot be named
+    does not count here, or every stack with one would never be read."""
+    loads = call_site(frame.f_code, frame.f_lasti)
+    if not loads:
+        return False
+    callee = list(_resolved(frame, loads))[-1]
+    return callee is not _UNKNOWN and (is_jitted(callee) or holds_jitted(callee))
 
 
 def _resolved(frame: FrameType, loads: Iterable[tuple[str, str]]) -> Iterator[Any]:
@@ -105,10 +142,20 @@ def dispatch_marks(skip: Iterable[int] = ()) -> tuple[tuple[int, int, int], ...]
     Python in between, so none started a dispatch either."""
     marks = []
     for ident, frame in _frames(skip).items():
-        if calls_jax(frame):
+        if calls_jax(frame) or any(within_jax(f) for f in _callers(frame)):
             return None
         marks.append((ident, id(frame), frame.f_lasti))
     return tuple(sorted(marks))
+
+
+def _callers(frame: FrameType) -> Iterator[FrameType]:
+    """The frames below ``frame``, innermost first, at most ``MAX_CALLER_FRAMES``."""
+    caller = frame.f_back
+    for _ in range(MAX_CALLER_FRAMES):
+        if caller is None:
+            return
+        yield caller
+        caller = caller.f_back
 
 
 def xmon_threads() -> list[int]:
