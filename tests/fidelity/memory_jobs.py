@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,24 @@ def _mesh() -> tuple[Any, Any, Any]:
     return mesh, NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
 
 
+def _train(step: Callable[[], object], seconds: float, markers: bool) -> int:
+    """Steps for ``seconds``, each in ``xmon.step()`` with ``markers``, else followed by a
+    little host work (an input pipeline: the job at rest between steps); the steps run."""
+    import xmon
+
+    deadline = time.monotonic() + seconds
+    steps = 0
+    while time.monotonic() < deadline:
+        if markers:
+            with xmon.step():
+                step()
+        else:
+            step()
+            time.sleep(0.002)
+        steps += 1
+    return steps
+
+
 def data_parallel(seconds: float, markers: bool) -> dict[str, Any]:
     import jax
     import numpy as np
@@ -107,8 +126,6 @@ def donated(seconds: float, markers: bool) -> dict[str, Any]:
     import jax.numpy as jnp
     import numpy as np
 
-    import xmon
-
     _, sharded, replicated = _mesh()
     batch = jax.device_put(np.ones(BATCH, np.float32), sharded)
     state = {
@@ -127,16 +144,12 @@ def donated(seconds: float, markers: bool) -> dict[str, Any]:
     jax.block_until_ready(state)
     truth = _bytes_per_device([batch, *state.values()])
     truth_since = time.monotonic()
-    deadline = time.monotonic() + seconds
-    steps = 0
-    while time.monotonic() < deadline:
-        if markers:
-            with xmon.step():
-                state = step(state)
-        else:
-            state = step(state)
-            time.sleep(0.002)  # host work between steps (input pipeline): the job at rest
-        steps += 1
+
+    def one_step() -> None:
+        nonlocal state
+        state = step(state)
+
+    steps = _train(one_step, seconds, markers)
     jax.block_until_ready(state)
     rest_truth = _bytes_per_device([batch, *state.values()])
     return {
@@ -184,8 +197,6 @@ def nnx_training(seconds: float, markers: bool) -> dict[str, Any]:
     import optax
     from flax import nnx
 
-    import xmon
-
     _, _, replicated = _mesh()
 
     class Model(nnx.Module):
@@ -220,16 +231,7 @@ def nnx_training(seconds: float, markers: bool) -> dict[str, Any]:
     train_step(model, optimizer, batch).block_until_ready()
     truth = held()
     truth_since = time.monotonic()
-    deadline = time.monotonic() + seconds
-    steps = 0
-    while time.monotonic() < deadline:
-        if markers:
-            with xmon.step():
-                train_step(model, optimizer, batch)
-        else:
-            train_step(model, optimizer, batch)
-            time.sleep(0.002)  # host work between steps
-        steps += 1
+    steps = _train(lambda: train_step(model, optimizer, batch), seconds, markers)
     jax.block_until_ready(nnx.state((model, optimizer)))
     return {
         "truth": truth,
