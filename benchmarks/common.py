@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,18 @@ REPO = Path(__file__).resolve().parent.parent
 # The results page; elsewhere for a check that the benchmarks still run (tests, CI).
 RESULTS = Path(os.environ.get("XMON_BENCHMARK_RESULTS") or REPO / "docs" / "benchmarks.md")
 sys.path.insert(0, str(REPO / "tests"))  # reuse the real-process helpers of the e2e tests
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """A process's CPU time so far, user and system."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def tmux(server: Path, *args: str) -> str:
+    """A tmux command on the private server at ``server``; its output."""
+    result = subprocess.run(["tmux", "-S", str(server), *args], capture_output=True, text=True)
+    return result.stdout
 
 
 def compile_bytecode() -> None:

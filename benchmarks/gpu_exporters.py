@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from common import machine, summary, table, today, write_section
+from common import cpu_seconds, machine, summary, table, today, write_section
 from daemon_cost import memory, scraped_every, spread
 from procs import Proc, base_env, free_port, spawn, start_daemon, wait_for
 from scrape_latency import count_series, scrape
@@ -41,11 +41,6 @@ def other_command(template: str | None) -> list[str] | None:
             return None
         template = NVITOP_EXPORTER
     return [part.replace("{python}", sys.executable) for part in shlex.split(template)]
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
 
 
 def cpu_side_by_side(

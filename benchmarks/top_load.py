@@ -31,7 +31,7 @@ import psutil
 from xmon.views.client import DaemonClient
 from xmon.wire.proto import xmon_pb2
 
-from common import machine, summary, table, today, write_section
+from common import cpu_seconds, machine, summary, table, tmux, today, write_section
 from flood_attacks import RawStream, hello, in_part_frames
 from procs import base_env, start_daemon, wait_for
 
@@ -104,17 +104,6 @@ def agent_frames(job: int, stop: threading.Event) -> Iterator[bytes]:
             ],
         )
         yield xmon_pb2.AgentMessage(report=report).SerializeToString()
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
-
-
-def tmux(server: Path, *args: str) -> str:
-    return subprocess.run(
-        ["tmux", "-S", str(server), *args], capture_output=True, text=True, check=False
-    ).stdout
 
 
 def screen_changes(server: Path, seconds: float) -> list[float]:

@@ -21,15 +21,10 @@ from pathlib import Path
 
 from xmon import __version__
 
-from common import machine, summary, table, today, write_section
+from common import machine, summary, table, tmux, today, write_section
 from procs import base_env, start_daemon
 
 POLL_SECONDS = 0.005
-
-
-def tmux(server: Path, *args: str) -> str:
-    result = subprocess.run(["tmux", "-S", str(server), *args], capture_output=True, text=True)
-    return result.stdout
 
 
 def one_run(server: Path, socket_path: Path, timeout: float = 30.0) -> tuple[float, float]:
