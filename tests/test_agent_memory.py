@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xmon.agent.in_flight import calls_jax, dispatch_marks
+from xmon.agent.in_flight import calls_jax, dispatch_marks, jitted_call
 from xmon.agent.live_memory import LiveMemory, count_buffers, live_arrays
 from xmon.agent.steps import StepTimer
 
@@ -106,6 +106,17 @@ def in_jitted_call() -> Iterator[threading.Thread]:
 
 def test_a_thread_inside_a_jitted_call_is_seen(in_jitted_call: threading.Thread) -> None:
     assert dispatch_marks([threading.get_ident()]) is None
+
+
+def test_the_jitted_call_a_thread_is_inside_is_named_from_any_of_its_frames() -> None:
+    """Inside a host callback, the jitted call is in a frame below the top one."""
+    callback = PjitFunction(lambda: time.sleep(0.5))  # runs Python: a frame above the call
+    thread = _parked(lambda: callback())
+    try:
+        assert jitted_call(thread.ident) == "a jitted function"
+        assert jitted_call(threading.get_ident()) == ""
+    finally:
+        thread.join()
 
 
 def test_a_thread_sleeping_is_not_a_dispatch() -> None:

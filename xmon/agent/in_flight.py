@@ -142,20 +142,19 @@ def dispatch_marks(skip: Iterable[int] = ()) -> tuple[tuple[int, int, int], ...]
     Python in between, so none started a dispatch either."""
     marks = []
     for ident, frame in _frames(skip).items():
-        if calls_jax(frame) or any(within_jax(f) for f in _callers(frame)):
+        if calls_jax(frame) or any(within_jax(f) for f in _outward(frame.f_back)):
             return None
         marks.append((ident, id(frame), frame.f_lasti))
     return tuple(sorted(marks))
 
 
-def _callers(frame: FrameType) -> Iterator[FrameType]:
-    """The frames below ``frame``, innermost first, at most ``MAX_CALLER_FRAMES``."""
-    caller = frame.f_back
+def _outward(frame: FrameType | None) -> Iterator[FrameType]:
+    """``frame`` and the frames below it, innermost first, at most ``MAX_CALLER_FRAMES``."""
     for _ in range(MAX_CALLER_FRAMES):
-        if caller is None:
+        if frame is None:
             return
-        yield caller
-        caller = caller.f_back
+        yield frame
+        frame = frame.f_back
 
 
 def xmon_threads() -> list[int]:
@@ -179,12 +178,9 @@ def jitted_call(thread: int | None) -> str:
     none does. A stall inside a computation (a host callback that blocks, a collective that
     waits) is a stall inside that call on the dispatching thread."""
     frame = internals.thread_frames().get(thread) if thread is not None else None
-    for _ in range(MAX_CALLER_FRAMES):
-        if frame is None:
-            break
-        callee = jitted_callee(frame)
+    for caller in _outward(frame):
+        callee = jitted_callee(caller)
         if callee is not None:
             name = inspect.getattr_static(callee, "__name__", None)
             return f"jit_{name}" if isinstance(name, str) else "a jitted function"
-        frame = frame.f_back
     return ""
