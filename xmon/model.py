@@ -93,9 +93,8 @@ class DeviceMemory:
     # Wall clock of the live-array reading (paced, taken at rest: it can be older than the
     # report); None with allocator stats, which are read for every report.
     live_array_read_at: float | None = None
-    fragmentation_ratio: float | None = (
-        None  # derived, see xmon.analysis.derived.fragmentation_ratio
-    )
+    # derived, see xmon.analysis.derived.fragmentation_ratio
+    fragmentation_ratio: float | None = None
     extra: dict[str, int] = field(default_factory=dict)  # keys this version does not know yet
 
     @property
