@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dis
 import functools
 import sys
 import threading
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xmon.agent.in_flight import calls_jax, dispatch_marks, jitted_call
+from xmon.agent.in_flight import call_site, calls_jax, dispatch_marks, jitted_call
 from xmon.agent.live_memory import LiveMemory, count_buffers, live_arrays
 from xmon.agent.steps import StepTimer
 
@@ -132,15 +133,19 @@ def test_a_thread_sleeping_is_not_a_dispatch() -> None:
 
 class JitWrapper:
     """Stands for a library's jit wrapper (Flax NNX's ``nnx.jit``): an object holding its
-    jitted function, whose ``__call__`` runs Python after the jitted call returns."""
+    jitted function, whose ``__call__`` runs Python after the jitted call returns. Like
+    nnx.jit's, it binds as a method (``__get__``), which makes ``inspect`` call it a routine."""
 
     def __init__(self, after: float) -> None:
         self.jitted_fn = PjitFunction(time.sleep, 0.0)
         self.after = after
 
-    def __call__(self) -> None:
+    def __call__(self, *args: object) -> None:
         self.jitted_fn()
         time.sleep(self.after)  # writes the new state back into the module: old state alive
+
+    def __get__(self, obj: object, kind: type | None = None) -> Callable[..., None]:
+        return self if obj is None else functools.partial(self, obj)
 
 
 class Trainer:
@@ -169,6 +174,52 @@ def test_a_thread_inside_a_jit_wrapper_after_its_jitted_call_is_in_flight() -> N
         assert dispatch_marks([threading.get_ident()]) is None
     finally:
         thread.join()
+
+
+def test_a_jit_wrapper_called_with_arguments_is_in_flight_after_its_jitted_call() -> None:
+    """As user code calls one: ``train_step(model, optimizer, batch)``. The callee is the
+    first thing the call site loads, not the last (the batch)."""
+    wrapper = JitWrapper(after=0.5)
+    model, optimizer, batch = object(), object(), np.ones(3)
+    thread = _parked(lambda: wrapper(model, optimizer, batch))
+    try:
+        assert dispatch_marks([threading.get_ident()]) is None
+    finally:
+        thread.join()
+
+
+def _callees(function: Callable[..., object]) -> list[tuple[tuple[str, str], ...]]:
+    """The callee each call in ``function`` names, in the order of its calls (3.11's PRECALL
+    before each is not where a thread stops)."""
+    calls = [i for i in dis.get_instructions(function) if i.opname != "PRECALL"]
+    sites = [call_site(function.__code__, ins.offset) for ins in calls]
+    return [site.callee for site in sites if site is not None]
+
+
+def test_a_call_site_names_its_callee_not_its_arguments() -> None:
+    def calls(step: Any, state: Any, batch: Any, self: Any, args: Any, fns: Any, make: Any) -> None:
+        step(state, batch)
+        self.jitted_fn(*args, k=batch)
+        print(step(batch))
+        fns[0](batch)
+        make()(batch)
+        self.layer(batch).apply(
+            state,
+            batch,
+        )
+
+    name, attr = "name", "attr"
+    assert _callees(calls) == [
+        ((name, "step"),),
+        ((name, "self"), (attr, "jitted_fn")),
+        ((name, "step"),),  # the inner call first
+        ((name, "print"),),
+        (),  # a subscript's result: not a name
+        ((name, "make"),),
+        (),  # what make() returned
+        ((name, "self"), (attr, "layer")),
+        (),  # an attribute of a call's result
+    ]
 
 
 def test_objects_holding_a_jitted_function_count_only_while_called() -> None:

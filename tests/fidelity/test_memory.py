@@ -98,9 +98,13 @@ def test_donated_training_memory_is_never_read_mid_step(
     finish(job, out)
 
 
-def test_flax_nnx_marked_steps_are_read_as_they_end(tmp_path: Path, daemon: Daemon) -> None:
-    """With xmon.step() around the nnx.jit step, readings come at step ends: every one right."""
-    job, result, out = run_job(tmp_path, daemon, "nnx", "--markers", "--seconds", "8")
+@pytest.mark.parametrize("markers", [True, False], ids=["marked-steps", "no-markers"])
+def test_flax_nnx_state_is_counted_once(tmp_path: Path, daemon: Daemon, markers: bool) -> None:
+    """nnx.jit writes the new state back after its jitted call, while the old is alive. With
+    xmon.step() around the step, readings come at step ends; without, never inside the
+    wrapper's call. Every reading is right."""
+    flags = ["--markers"] if markers else []
+    job, result, out = run_job(tmp_path, daemon, "nnx", *flags, "--seconds", "8")
     assert result["steps"] > 50
     check_readings(result)
     finish(job, out)

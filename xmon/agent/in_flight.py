@@ -24,6 +24,7 @@ import inspect
 import threading
 import types
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from types import CodeType, FrameType
 from typing import Any
 
@@ -34,7 +35,8 @@ _CALLS = frozenset(
      "CALL_METHOD"}
 )  # fmt: skip
 _NAMES = frozenset({"LOAD_NAME", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF",
-                    "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_BORROW"})  # fmt: skip
+                    "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_BORROW",
+                    "LOAD_FAST_LOAD_FAST", "LOAD_FAST_BORROW_LOAD_FAST_BORROW"})  # fmt: skip
 _ATTRS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 _UNKNOWN = object()
 _JITTED_TYPES = frozenset({"PjitFunction", "PmapFunction"})
@@ -48,25 +50,67 @@ def is_jitted(obj: Any) -> bool:
     return kind.__name__ in _JITTED_TYPES and kind.__module__.startswith("jax")
 
 
+@dataclass(frozen=True)
+class CallSite:
+    """What the source of a call loads: every name and attribute on its line up to the call
+    (``loads``), and the loads of the called expression itself (``callee``: ``step`` in
+    ``step(state, batch)``, ``self.jitted_fn`` in ``self.jitted_fn(*args)``), empty where
+    the callee is not a chain of names and attributes (``fns[0](x)``, ``make()(x)``)."""
+
+    loads: tuple[Load, ...]
+    callee: tuple[Load, ...]
+
+
+def _loads_of(ins: dis.Instruction) -> list[Load]:
+    if ins.opname in _NAMES:  # a superinstruction loads two names at once
+        names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        return [("name", str(name)) for name in names]
+    if ins.opname in _ATTRS:
+        return [("attr", str(ins.argval))]
+    return []
+
+
+# Instructions that do not compute a value of their own: a callee's position may still be
+# theirs (the null pushed beside it, keyword names).
+_BESIDE = frozenset({"PUSH_NULL", "PRECALL", "KW_NAMES", "CACHE", "NOP", "EXTENDED_ARG"})
+
+
 @functools.lru_cache(maxsize=2048)
-def call_site(code: CodeType, lasti: int) -> tuple[Load, ...] | None:
-    """The name and attribute loads on the source line of the call at ``lasti``, in order;
-    None where the instruction at ``lasti`` is not a call (the thread is not inside one)."""
+def call_site(code: CodeType, lasti: int) -> CallSite | None:
+    """The loads around the call at ``lasti``; None where the instruction there is not a call
+    (the thread is not inside one).
+
+    The callee is found by source position: the instructions that compute it start where the
+    call expression starts and end before its end (its arguments start later). A chain of
+    one name and its attributes names it; any other instruction among them (a subscript, a
+    call) leaves it unnamed."""
     instructions = list(dis.get_instructions(code))
     here = next((i for i, ins in enumerate(instructions) if ins.offset == lasti), None)
     if here is None or instructions[here].opname not in _CALLS:
         return None
-    positions = instructions[here].positions
-    line = positions.lineno if positions is not None else None
+    call = instructions[here].positions
+    line = call.lineno if call is not None else None
     loads: list[Load] = []
-    for ins in instructions[: here + 1]:
-        if ins.positions is None or ins.positions.lineno != line:
+    callee: list[Load] | None = None
+    for ins in instructions[:here]:
+        at = ins.positions
+        if at is None or at.lineno is None or at.lineno != line:
             continue
-        if ins.opname in _NAMES:
-            loads.append(("name", str(ins.argval)))
-        elif ins.opname in _ATTRS:
-            loads.append(("attr", str(ins.argval)))
-    return tuple(loads)
+        loads.extend(_loads_of(ins))
+        if call is None or at.col_offset != call.col_offset or ins.opname in _BESIDE:
+            continue
+        if (at.end_lineno, at.end_col_offset) == (call.end_lineno, call.end_col_offset):
+            continue
+        if ins.opname == "LOAD_CONST" and isinstance(ins.argval, tuple):
+            continue  # a keyword call's names (3.13), at the callee's position
+        step = _loads_of(ins)
+        if step and step[0][0] == "name":
+            callee = step[:1]
+        elif step and callee is not None:
+            callee.append(step[0])
+        else:
+            callee = None
+    return CallSite(tuple(loads), tuple(callee or ()))
 
 
 def _lookup(frame: FrameType, name: str) -> Any:
@@ -76,44 +120,64 @@ def _lookup(frame: FrameType, name: str) -> Any:
     return _UNKNOWN
 
 
+_ROUTINES = (
+    types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.MethodWrapperType,
+    types.WrapperDescriptorType, types.MethodDescriptorType, types.ClassMethodDescriptorType,
+)  # fmt: skip
+
+
 def holds_jitted(obj: Any) -> bool:
     """A callable object holding a jitted function among its own attributes: a library's jit
     wrapper (``nnx.jit`` returns one). Functions, methods and classes are not such objects."""
-    if isinstance(obj, type | functools.partial) or inspect.isroutine(obj):
-        return False
+    return held_jitted(obj) is not None
+
+
+def held_jitted(obj: Any) -> Any | None:
+    """The jitted function a jit wrapper object holds (see ``holds_jitted``), else None."""
+    # Not ``inspect.isroutine``: a wrapper that binds as a method defines ``__get__``, which
+    # makes it a "method descriptor" there (nnx.jit's JitWrapped does).
+    if isinstance(obj, (type, functools.partial, *_ROUTINES)):
+        return None
     kind = type(obj)
     if inspect.getattr_static(kind, "__call__", None) is None:
-        return False
+        return None
     # The instance's own attributes through the C-level __dict__ slot its class has (a class
     # that defines __dict__ itself is passed over: reading it could run its code).
     slot = next((k.__dict__["__dict__"] for k in kind.__mro__ if "__dict__" in k.__dict__), None)
     if not isinstance(slot, types.GetSetDescriptorType):
-        return False
+        return None
     own = slot.__get__(obj, kind)
-    return isinstance(own, dict) and any(is_jitted(v) for v in own.values())
+    if not isinstance(own, dict):
+        return None
+    return next((v for v in own.values() if is_jitted(v)), None)
 
 
 def calls_jax(frame: FrameType) -> bool:
     """Whether the frame is stopped in a call that may be a jitted function (or a wrapper
     holding one)."""
-    loads = call_site(frame.f_code, frame.f_lasti)
-    if loads is None:
+    site = call_site(frame.f_code, frame.f_lasti)
+    if site is None:
         return False
-    if not loads:
+    if not site.loads:
         return True  # the callable came from an expression we cannot name
-    resolved = list(_resolved(frame, loads))
-    return any(v is _UNKNOWN or is_jitted(v) for v in resolved) or holds_jitted(resolved[-1])
+    if any(v is _UNKNOWN or is_jitted(v) for v in _resolved(frame, site.loads)):
+        return True
+    return holds_jitted(_callee(frame, site))
 
 
 def within_jax(frame: FrameType) -> bool:
     """Whether a caller's frame (one below the top) is stopped calling a jitted function or a
     wrapper holding one: the thread runs inside that call. A callee that cannot be named
     does not count here, or every stack with one would never be read."""
-    loads = call_site(frame.f_code, frame.f_lasti)
-    if not loads:
-        return False
-    callee = list(_resolved(frame, loads))[-1]
+    site = call_site(frame.f_code, frame.f_lasti)
+    callee = _UNKNOWN if site is None else _callee(frame, site)
     return callee is not _UNKNOWN and (is_jitted(callee) or holds_jitted(callee))
+
+
+def _callee(frame: FrameType, site: CallSite) -> Any:
+    """The object the call site calls, ``_UNKNOWN`` where it cannot be named or found."""
+    resolved = list(_resolved(frame, site.callee))
+    return resolved[-1] if resolved else _UNKNOWN
 
 
 def _resolved(frame: FrameType, loads: Iterable[tuple[str, str]]) -> Iterator[Any]:
@@ -166,10 +230,13 @@ MAX_CALLER_FRAMES = 64  # frames walked out from the innermost, looking for a ji
 
 
 def jitted_callee(frame: FrameType) -> Any | None:
-    """The jitted function the frame is stopped calling, if its call site names one."""
-    loads = call_site(frame.f_code, frame.f_lasti)
-    return next((v for v in _resolved(frame, loads or ()) if v is not _UNKNOWN and is_jitted(v)),
-                None)  # fmt: skip
+    """The jitted function the frame is stopped calling (or the one a jit wrapper it calls
+    holds), if its call site names it."""
+    site = call_site(frame.f_code, frame.f_lasti)
+    callee = _UNKNOWN if site is None else _callee(frame, site)
+    if callee is _UNKNOWN:
+        return None
+    return callee if is_jitted(callee) else held_jitted(callee)
 
 
 def jitted_call(thread: int | None) -> str:
