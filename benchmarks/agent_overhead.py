@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from common import MLP_TRAIN_STEP, REPO, machine, summary, table, today, write_section
-from procs import base_env, start_daemon
+from support.procs import base_env, start_daemon
 
 JOB = (
     r"""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from common import REPO, machine, ms, summary, table, today, write_section
-from procs import base_env, start_daemon, start_job, wait_for
+from support.procs import base_env, start_daemon, start_job, wait_for
 
 REPEATS = 5
 TRACE_SECONDS = 2.0  # the budget's capture: `xmon capture --duration 2s` in at most 3.5 s

@@ -25,7 +25,7 @@ from pathlib import Path
 from xmon.views.client import DaemonClient
 
 from common import MLP_TRAIN_STEP, machine, summary, table, today, write_section
-from procs import Proc, base_env, spawn, start_daemon, wait_for
+from support.procs import Proc, base_env, spawn, start_daemon, wait_for
 
 BUDGET_BYTES = 50 * 2**20
 NOTE = (

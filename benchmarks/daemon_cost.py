@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from common import REPO, machine, summary, table, today, write_section
-from procs import base_env, free_port, start_daemon, wait_for
+from support.procs import base_env, free_port, start_daemon, wait_for
 
 SCRAPE_INTERVAL = 15.0  # Prometheus' common scrape interval, during every CPU window
 
@@ -180,7 +180,7 @@ def grpc_floor(
 
 
 def main(quick: bool = False) -> str:
-    from fakes.libtpu_server import FakeLibtpu, scenario
+    from support.fakes.libtpu_server import FakeLibtpu, scenario
 
     windows, seconds = (1, 5.0) if quick else (5, 10.0)
     # An idle daemon uses a few ms of CPU a second and the kernel counts it in 10 ms ticks:
@@ -237,8 +237,8 @@ def main(quick: bool = False) -> str:
         f"## Daemon cost\n\n{today()} — {machine()}\n\n"
         "Real `xmon daemon`; agents simulated with the agent's own transport "
         "(`benchmarks/loadgen.py`, 4-device reports); the 8 TPU devices are the fake libtpu "
-        "metrics server (`tests/fakes/libtpu_server.py`, v6e-8, polled as a real one). CPU is "
-        f"the daemon's user+system time: median (min-max) of {windows} windows of "
+        "metrics server (`tests/support/fakes/libtpu_server.py`, v6e-8, polled as a real one). "
+        f"CPU is the daemon's user+system time: median (min-max) of {windows} windows of "
         f"{idle_seconds:.0f} s idle and {seconds:.0f} s under fan-in, scraped every "
         f"{SCRAPE_INTERVAL:.0f} s meanwhile. RSS counts the shared "
         "libraries' pages; USS (in brackets) is the memory only the daemon holds. The load "

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests" / "fidelity"))
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from procs import Daemon, start_daemon  # noqa: E402
+from support.procs import Daemon, start_daemon  # noqa: E402
 
 # Beside the benchmarks' results page: elsewhere when the test suite checks that this runs.
 OUT = RESULTS.with_name("fidelity.md")

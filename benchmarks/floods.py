@@ -1,7 +1,7 @@
 """Floods against a real daemon: its memory, CPU and /metrics latency while each one lasts.
 
 One flood at a time, each against a fresh `xmon daemon` (real unix socket, real /metrics port,
-TensorBoard exporter on), with the attacks of docs/reliability.md (tests/flood_attacks.py).
+TensorBoard exporter on), with the attacks of docs/reliability.md (tests/support/flood_attacks.py).
 Throughout each flood a client scrapes /metrics every 0.25 s and a sampler reads the daemon's
 RSS every 50 ms; CPU is the daemon's user+system time over the flood's wall time.
 """
@@ -26,7 +26,7 @@ from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
 from common import machine, summary, table, today, write_section
-from flood_attacks import (
+from support.flood_attacks import (
     GoodAgent,
     RawStream,
     StalledView,
@@ -46,7 +46,7 @@ from flood_attacks import (
     slow_metrics_clients,
     stepping_space,
 )
-from procs import Daemon, wait_for
+from support.procs import Daemon, wait_for
 
 MiB = 2**20
 # The daemon's budgets (docs/benchmarks.md, "Daemon cost"): RSS < 50 MB idle, CPU < 10 % of a

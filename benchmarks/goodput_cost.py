@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from common import MLP_TRAIN_STEP, REPO, machine, table, today, write_section
-from procs import base_env, start_daemon
+from support.procs import base_env, start_daemon
 
 JOB = (
     r"""

@@ -24,7 +24,7 @@ from xmon.collectors.nvml import NvmlCollector
 from xmon.model import Device
 
 from common import machine, table, today, write_section
-from procs import Daemon, Proc, base_env, spawn, start_daemon, wait_for
+from support.procs import Daemon, Proc, base_env, spawn, start_daemon, wait_for
 
 MIB = 2**20
 # (nvidia-smi --query-gpu field, how to read the same number from xmon's Device)

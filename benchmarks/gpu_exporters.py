@@ -28,8 +28,8 @@ import psutil
 
 from common import cpu_seconds, machine, summary, table, today, write_section
 from daemon_cost import memory, scraped_every, spread
-from procs import Proc, base_env, free_port, spawn, start_daemon, wait_for
 from scrape_latency import count_series, scrape
+from support.procs import Proc, base_env, free_port, spawn, start_daemon, wait_for
 
 NVITOP_EXPORTER = "{python} -m nvitop_exporter --bind-address 127.0.0.1 --port {port} --interval 1"
 

@@ -30,7 +30,7 @@ from xmon.agent.sampler import DEFAULT_DURATION, DEFAULT_INTERVAL
 from xmon.execution.samples import parse_sample
 
 from common import MLP_TRAIN_STEP, REPO, machine, summary, table, today, write_section
-from procs import base_env, start_daemon
+from support.procs import base_env, start_daemon
 
 JOB = (
     r"""

@@ -21,7 +21,7 @@ from pathlib import Path
 from xmon.daemon.peers import CHECK_SECONDS, Verdict
 
 from common import machine, summary, table, today, write_section
-from test_peers import HOLDER, Listener
+from support.peer_listener import HOLDER, Listener
 
 BUDGET_SECONDS = 0.050  # a tenth of the check's own limit (CHECK_SECONDS): the hello waits for it
 

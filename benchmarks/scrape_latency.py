@@ -28,7 +28,7 @@ from xmon.model import (
 )
 
 from common import machine, summary, table, today, write_section
-from procs import free_port, wait_for
+from support.procs import free_port, wait_for
 
 SERIES_PER_DEVICE = 9  # memory series per job device
 SERIES_PER_PROGRAM = 9

@@ -32,8 +32,8 @@ from xmon.views.client import DaemonClient
 from xmon.wire.proto import xmon_pb2
 
 from common import cpu_seconds, machine, summary, table, tmux, today, write_section
-from flood_attacks import RawStream, hello, in_part_frames
-from procs import base_env, start_daemon, wait_for
+from support.flood_attacks import RawStream, hello, in_part_frames
+from support.procs import base_env, start_daemon, wait_for
 
 JOBS = 8
 PROGRAMS = 4096  # the most the daemon keeps of one job

@@ -22,7 +22,7 @@ from pathlib import Path
 from xmon import __version__
 
 from common import machine, summary, table, tmux, today, write_section
-from procs import base_env, start_daemon
+from support.procs import base_env, start_daemon
 
 POLL_SECONDS = 0.005
 

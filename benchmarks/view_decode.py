@@ -21,7 +21,7 @@ from xmon.views.client import MAX_SNAPSHOT_BYTES, SnapshotReader, gunzip
 from xmon.wire.snapshot_encoding import SnapshotEncoder
 
 from common import machine, summary, table, today, write_section
-from test_prometheus_exporter import snapshot, train_job
+from support.sample_snapshots import snapshot, train_job
 
 BUDGET_SECONDS = 0.100
 

@@ -7,14 +7,16 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import shutil  # noqa: E402
+import socket  # noqa: E402
 import subprocess  # noqa: E402
+import threading  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-from procs import Daemon, Prometheus, start_daemon, start_prometheus
+from support.procs import Daemon, Prometheus, start_daemon, start_prometheus
 
 
 @pytest.fixture
@@ -44,10 +46,11 @@ def prometheus_for(tmp_path: Path) -> Iterator[object]:
 
 @pytest.fixture(autouse=True)
 def _processes_only_in_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test that starts a process is marked e2e, so that ``-m "not e2e"`` stays a fast lane
-    (no daemon, no JAX job, no tool run). Any way of starting one through ``subprocess`` (run,
-    Popen, asyncio's subprocesses) counts. ``XMON_TEST_PROCESS_LOG=PATH`` lists the starts
-    there instead of refusing them, to find every such test in one run."""
+    """A test that starts a process is marked e2e (every test under tests/e2e is), so that
+    ``-m "not e2e"`` stays a fast lane (no daemon, no JAX job, no tool run). Any way of
+    starting one through ``subprocess`` (run, Popen, asyncio's subprocesses) counts.
+    ``XMON_TEST_PROCESS_LOG=PATH`` lists the starts there instead of refusing them, to find
+    every such test in one run."""
     if request.node.get_closest_marker("e2e") is not None:
         return
     start = subprocess.Popen.__init__
@@ -59,6 +62,75 @@ def _processes_only_in_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.M
             with open(log, "a") as out:
                 out.write(f"{where}\t{str(args)[:120]}\n")
             return start(self, args, *rest, **kwargs)  # type: ignore[arg-type]
-        raise AssertionError(f"{where} starts a process ({args!r:.80}): mark it e2e")
+        raise AssertionError(
+            f"{where} starts a process ({args!r:.80}): mark it e2e (or move it to tests/e2e)"
+        )
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refused)
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tiers are marked by directory: every test under tests/e2e is e2e (it starts
+    processes), every test under tests/integration is integration (it opens sockets)."""
+    for item in items:
+        path = item.path.resolve()
+        tier = path.relative_to(TESTS).parts[0] if TESTS in path.parents else ""
+        if tier in ("e2e", "integration"):
+            item.add_marker(tier)
+
+
+@pytest.fixture(autouse=True)
+def _sockets_only_past_unit(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """tests/unit opens no socket: a test that makes one (a socket.socket of its own, a gRPC
+    server or channel) belongs in tests/integration, and fails saying so. Socket pairs (asyncio's
+    own wake-up pair) are not counted. ``XMON_TEST_SOCKET_LOG=PATH`` lists there, for every test
+    not marked e2e or integration, what it opens, instead of refusing it."""
+    log = os.environ.get("XMON_TEST_SOCKET_LOG")
+    marked = any(request.node.get_closest_marker(m) for m in ("e2e", "integration"))
+    in_unit = TESTS / "unit" in request.node.path.resolve().parents
+    if not (in_unit or (log and not marked)):
+        yield
+        return
+    import grpc
+    import grpc.aio
+
+    where = request.node.nodeid
+    in_threads: list[str] = []
+
+    def opened(what: str) -> None:
+        if log:
+            with open(log, "a") as out:
+                out.write(f"{where}\t{what}\n")
+            return
+        if threading.current_thread() is not threading.main_thread():
+            in_threads.append(what)  # a thread may swallow the error: the test fails at its end
+        raise AssertionError(f"{where} opens a socket ({what}): move it to tests/integration")
+
+    init = socket.socket.__init__
+
+    def socket_init(self: socket.socket, family: Any = -1, type: Any = -1, proto: Any = -1,
+                    fileno: Any = None) -> None:  # fmt: skip
+        if fileno is None:  # made afresh, not a socket pair's or an accepted one
+            opened(f"socket.socket({family}, {type})")
+        init(self, family, type, proto, fileno)
+
+    monkeypatch.setattr(socket.socket, "__init__", socket_init)
+    for module in (grpc, grpc.aio):
+        for name in ("server", "insecure_channel", "secure_channel"):
+            real = getattr(module, name)
+
+            def refused(*args: Any, _real: Any = real, _name: str = f"{module.__name__}.{name}",
+                        **kwargs: Any) -> Any:  # fmt: skip
+                opened(f"{_name}({str(args[:1])[:60]})")
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(module, name, refused)
+    yield
+    if in_threads:
+        pytest.fail(f"{where} opens a socket ({in_threads[0]}): move it to tests/integration")

@@ -15,7 +15,7 @@ from pathlib import Path
 from xmon.model import Finding, Job
 from xmon.views.client import DaemonClient
 
-from procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
+from support.procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
 
 ATTACH_TO_FINDING_SECONDS = 60.0
 

@@ -12,7 +12,7 @@ import pytest
 from xmon.model import Finding
 from xmon.views.client import DaemonClient
 
-from procs import start_daemon, start_job, wait_for
+from support.procs import start_daemon, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from job_suite import JobSuite, job_suite
 
 from xmon.model import Finding, Job
 
-from procs import REPO, base_env, wait_for
+from support.procs import REPO, base_env, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from xmon.findings.tracker import severity_rank
 from xmon.model import Snapshot
 from xmon.views.client import DaemonClient, DaemonUnavailable
 
-from procs import Daemon, Proc, start_daemon, start_job
+from support.procs import Daemon, Proc, start_daemon, start_job
 
 pytestmark = pytest.mark.e2e
 

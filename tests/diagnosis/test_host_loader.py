@@ -14,7 +14,7 @@ from job_suite import JobSuite, job_suite
 
 from xmon.model import Finding
 
-from procs import wait_for
+from support.procs import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import Proc, start_daemon, start_job, wait_for
+from support.procs import Proc, start_daemon, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -176,7 +176,7 @@ def _forking_run(tmp_path: Path, socket_path: Path, name: str, attach: bool) -> 
     import subprocess
     import sys
 
-    from procs import base_env
+    from support.procs import base_env
 
     script = tmp_path / f"{name}.py"
     script.write_text(FORKING_JOB)
@@ -224,8 +224,8 @@ def test_a_job_ending_in_the_middle_of_a_capture_exits_cleanly(tmp_path: Path) -
     import sys
     import time
 
-    from procs import base_env
-    from profiling_procs import profiling_daemon, run_stepping_job
+    from support.procs import base_env
+    from support.profiling_procs import profiling_daemon, run_stepping_job
 
     daemon = profiling_daemon(tmp_path / "daemon")
     try:

@@ -27,8 +27,8 @@ from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.views.client import decode
 from xmon.wire.proto import xmon_pb2
 
-from flood_attacks import padded, slow_metrics_clients, varint
-from test_prometheus_exporter import snapshot, train_job
+from support.flood_attacks import padded, slow_metrics_clients, varint
+from support.sample_snapshots import snapshot, train_job
 
 
 def _hello(pid: int = 1, devices: int = 0) -> xmon_pb2.AgentHello:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import base_env
+from support.procs import base_env
 
 
 def _daemon(config: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ import pytest
 from xmon.agent.transport import Outgoing, Transport
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
-from procs import Daemon, start_daemon, start_job, wait_for
+from support.procs import Daemon, start_daemon, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
 

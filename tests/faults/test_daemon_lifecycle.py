@@ -21,8 +21,8 @@ from xmon.config import DaemonConfig
 from xmon.daemon.service import Daemon
 from xmon.wire.proto import xmon_pb2
 
-from flood_attacks import RawStream, hello, report
-from procs import base_env, spawn, start_daemon, wait_for
+from support.flood_attacks import RawStream, hello, report
+from support.procs import base_env, spawn, start_daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 

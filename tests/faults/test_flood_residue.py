@@ -25,7 +25,7 @@ from xmon.exporters.prometheus import SnapshotCollector
 from xmon.views.client import decode
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
-from flood_attacks import RawStream, StalledView, close_all, hello, report
+from support.flood_attacks import RawStream, StalledView, close_all, hello, report
 
 JOBS, PROGRAMS = 4, 1024
 PERIOD = 0.2

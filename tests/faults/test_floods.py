@@ -16,7 +16,7 @@ import pytest
 from xmon.views.client import DaemonClient
 from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
-from flood_attacks import (
+from support.flood_attacks import (
     GoodAgent,
     MemoryCap,
     RawStream,
@@ -32,7 +32,7 @@ from flood_attacks import (
     scrape_seconds,
     series_value,
 )
-from procs import Daemon, wait_for
+from support.procs import Daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 

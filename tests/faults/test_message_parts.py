@@ -23,7 +23,7 @@ from xmon.wire import paths
 from xmon.wire.proto import xmon_pb2
 from xmon.wire.protocol import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
 
-from flood_attacks import (
+from support.flood_attacks import (
     RawStream,
     close_all,
     config_daemon,
@@ -32,7 +32,7 @@ from flood_attacks import (
     padded,
     report,
 )
-from procs import wait_for
+from support.procs import wait_for
 
 MiB = 2**20
 

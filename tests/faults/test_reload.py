@@ -13,7 +13,7 @@ import pytest
 from xmon.config import DaemonConfig
 from xmon.daemon.reload import plan_reload
 
-from procs import METRICS_URL, base_env, spawn, wait_for
+from support.procs import METRICS_URL, base_env, spawn, wait_for
 
 
 def _config(**changes: object) -> DaemonConfig:

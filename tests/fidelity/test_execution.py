@@ -19,7 +19,7 @@ import pytest
 from xmon.model import Job
 from xmon.views.client import DaemonClient
 
-from procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
+from support.procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
 
 pytestmark = pytest.mark.e2e
 

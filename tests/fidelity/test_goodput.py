@@ -21,7 +21,7 @@ import pytest
 from xmon.model import Goodput, Job
 from xmon.views.client import DaemonClient
 
-from procs import Daemon, start_job, wait_for
+from support.procs import Daemon, start_job, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dashboards.alerts import ALERTS  # noqa: E402

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from procs import Daemon, Proc, base_env, spawn, wait_for
+from support.procs import Daemon, Proc, base_env, spawn, wait_for
 
 pytestmark = pytest.mark.e2e
 

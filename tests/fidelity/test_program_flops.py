@@ -22,7 +22,7 @@ from xmon.agent.hlo_store import serialized_modules
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.model import Program
 
-from procs import Daemon, start_job, wait_for
+from support.procs import Daemon, start_job, wait_for
 
 COUNTED = [name for name in patterns.BUILDERS if name != "data_dependent_while"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_memory import _kill_leftover_jobs, finish, run_job  # noqa: F401 - fixture
 
-from procs import Daemon, wait_for
+from support.procs import Daemon, wait_for
 
 pytestmark = pytest.mark.e2e
 

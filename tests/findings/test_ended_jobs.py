@@ -9,7 +9,7 @@ from xmon.findings.ended import KEEP_SECONDS, MAX_KEPT, EndedJobs
 from xmon.findings.oom import FINDING_SECONDS, LiveArrayRow, OomEvent
 from xmon.model import Finding
 
-from views_support import job
+from support.views import job
 
 OOM = Finding("oom", "error", "out of memory in jit_expand", 10.0, (("largest", "8MiB"),),
               fix="donate", detail="files: oom/1.json")  # fmt: skip

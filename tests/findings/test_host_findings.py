@@ -32,9 +32,9 @@ from xmon.model import (
     Snapshot,
 )
 
-from fakes.libtpu_server import Fakes, scenario
-from fakes.tpu_host import FIXTURES, HOSTS, write_host
-from nvml_fake import MIB, FakeNvml, h100
+from support.fakes.libtpu_server import Fakes, scenario
+from support.fakes.tpu_host import FIXTURES, HOSTS, write_host
+from support.nvml_fake import MIB, FakeNvml, h100
 
 GIB = 2**30
 

@@ -16,10 +16,10 @@ import pytest
 
 from xmon.views.client import DaemonClient
 
-from fakes.libtpu_server import Fakes, scenario
-from fakes.tpu_daemon import settled_scrape, tpu_only_daemon
-from fakes.tpu_host import FIXTURES
-from procs import REPO, Daemon, base_env, wait_for
+from support.fakes.libtpu_server import Fakes, scenario
+from support.fakes.tpu_daemon import settled_scrape, tpu_only_daemon
+from support.fakes.tpu_host import FIXTURES
+from support.procs import REPO, Daemon, base_env, wait_for
 
 pytestmark = pytest.mark.e2e
 

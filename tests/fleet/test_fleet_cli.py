@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from procs import REPO, Daemon, base_env, free_port
+from support.procs import REPO, Daemon, base_env, free_port
 
 
 def fleet(*args: str) -> subprocess.CompletedProcess[str]:

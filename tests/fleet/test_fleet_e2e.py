@@ -26,7 +26,7 @@ from typing import Any
 import fleet_jobs
 import pytest
 
-from procs import (
+from support.procs import (
     REPO,
     Daemon,
     Proc,

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from procs import REPO, base_env
+from support.procs import REPO, base_env
 
 # argv: uid:gid to become ("" to stay), socket, job name, then the pids to claim one after the
 # other ("self": its own pid). Prints one line per claim: the pid and OK (welcomed) or the

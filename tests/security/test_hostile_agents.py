@@ -22,8 +22,8 @@ from xmon.daemon.sanitize import scrub
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
-from procs import Daemon, wait_for
-from profiling_procs import profiling_daemon
+from support.procs import Daemon, wait_for
+from support.profiling_procs import profiling_daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -161,7 +161,7 @@ def test_names_from_agents_are_cut_and_cleaned(name: str, cleaned: str) -> None:
 def test_a_step_of_2_to_the_63_leaves_out_that_job_s_points_only(tmp_path: Path) -> None:
     """A job's TensorBoard step past int64 made writing its point raise, which stopped the
     export of every job (``ValueError: Value out of range``)."""
-    from test_tensorboard import STARTED, job, snapshot
+    from support.tb_snapshots import STARTED, job, snapshot
 
     exporter = TensorBoardExporter(tmp_path, interval_seconds=0)
     for i in range(2):

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from memory_limit import limit_memory, release
 
-from flood_attacks import (
+from support.flood_attacks import (
     RawStream,
     config_daemon,
     distinct_ids_space,
@@ -24,7 +23,8 @@ from flood_attacks import (
     scrape_seconds,
     stepping_space,
 )
-from procs import wait_for
+from support.memory_limit import limit_memory, release
+from support.procs import wait_for
 
 pytestmark = pytest.mark.e2e
 

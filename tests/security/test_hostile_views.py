@@ -19,15 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loopback_http import QuietHandler, serving
-from test_top_app import screen_text, sees, top, until
 
 from xmon.cli import doctor
 from xmon.model import Finding, Snapshot
 from xmon.top.app import XmonTop
 
-from procs import REPO, base_env, start_daemon
-from views_support import job, snapshot
+from support.loopback_http import QuietHandler, serving
+from support.procs import REPO, base_env, start_daemon
+from support.top_app import screen_text, sees, top, until
+from support.views import job, snapshot
 
 MARKUP = "[/bold] [link=https://evil.example]x[/link] [red]"  # an unmatched closing tag
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J"

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from attack import Attacker
-from test_tensorboard import STARTED, Clock, job, read, snapshot
 
 from xmon.exporters import tb_logdir
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.model import StepStats
+
+from support.tb_snapshots import STARTED, Clock, job, read, snapshot
 
 MONTH = 30 * 86400
 

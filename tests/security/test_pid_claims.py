@@ -17,8 +17,8 @@ import pytest
 from attack import Attacker
 from claims import Claimant
 
-from flood_attacks import refused
-from procs import Daemon, start_daemon, start_job, wait_for
+from support.flood_attacks import refused
+from support.procs import Daemon, start_daemon, start_job, wait_for
 
 pytestmark = [
     pytest.mark.e2e,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from attack import Attacker
 
-from procs import base_env, spawn
+from support.procs import base_env, spawn
 
 pytestmark = pytest.mark.e2e
 
