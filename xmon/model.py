@@ -447,6 +447,9 @@ class LedgerStats:
     # program rarer than the steps too seldom for two of its runs in one; None where it asked
     # nothing (or took its ask back)
     sample_seconds_asked: float | None = None
+    # The longest the daemon asked the samples to record (beyond whole steps), where they were
+    # refused for their size (more events or bytes than it reads); None where it asked no limit
+    sample_seconds_most: float | None = None
     samples_dropped_total: int = 0  # arrived while one was being read, or over the size cap
     # The program last seen starting an execution, in the latest sample that saw any (kept past
     # the window: a stalled job's samples show nothing), and the wall clock of that sample's end

@@ -33,6 +33,8 @@ Cases (the patterns the execution ledger must get right):
   (``costliest_flops_per_step``);
 * ``data_movement``: the train step, then a program that only moves data (a roll along the
   features): XLA's cost analysis gives it no FLOPs key, and it does none.
+* ``many_ops``: a step of 600 calls of a tiny jitted update (an optimizer stepped leaf by leaf):
+  hundreds of thousands of profiler events a second, more than a sample of a second may hold.
 * ``traced``: the ``aot`` job tracing itself for its whole run (``jax.profiler.start_trace``
   before its loop, stopped after it): a process has one profiler, so xmon's ledger cannot sample.
 """
@@ -58,6 +60,7 @@ DEVICES = 4
 BATCH, WIDTH = 1024, 512
 ACCUMULATE = 4
 EVAL_EVERY = 2
+MANY_OPS_CALLS = 600
 HOST_SECONDS = 0.005  # host work per step (data loading): keeps the step rate steady
 
 
@@ -344,6 +347,22 @@ def transformer() -> tuple[Job, float]:
     return Job(step, all_device_flops(compiled), model_flops), model_flops
 
 
+def many_ops() -> Job:
+    """A step of MANY_OPS_CALLS calls of one tiny jitted update (an optimizer stepped leaf by
+    leaf, outside jit): each call is a dozen profiler events on the CPU backend."""
+    update = jax.jit(lambda a: jnp.tanh(a) * 1.0001 + 0.001)
+    leaves = [jnp.full((8,), float(i)) for i in range(MANY_OPS_CALLS)]
+    compiled = update.lower(leaves[0]).compile()
+    jax.block_until_ready([compiled(leaf) for leaf in leaves])
+
+    def step(_: int) -> None:
+        leaves[:] = [compiled(leaf) for leaf in leaves]
+        jax.block_until_ready(leaves)
+
+    flops = 2.0 * leaves[0].size * MANY_OPS_CALLS  # a multiply and an add per element
+    return Job(step, flops, flops)
+
+
 def _host_work(began: float, step_seconds: float) -> None:
     """The step's host work (data loading): HOST_SECONDS, or up to ``step_seconds``."""
     time.sleep(max(HOST_SECONDS, step_seconds - (time.perf_counter() - began)))
@@ -376,6 +395,9 @@ def main(case: str, out: Path) -> None:
         job = data_movement()
     elif case == "host_bound":
         job, waits = host_bound()
+    elif case == "many_ops":
+        job = many_ops()
+        extra["calls_per_step"] = MANY_OPS_CALLS
     elif case == "transformer":
         job, model_flops = transformer()
         xmon.declare_model_flops(per_step=model_flops)

@@ -10,6 +10,7 @@ the same steps.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,31 @@ def test_an_eval_too_rare_for_a_default_sample_is_counted_over_longer_ones(
     # toolchain and load), unless the byte cap cuts it.
     assert asked is not None and float(env["XMON_LEDGER_DURATION"]) < asked <= 5.0, asked
     assert close(job.steps.flops_per_step, truth["flops_per_step"], 0.02)
+
+
+def test_samples_too_large_to_read_are_shortened_until_they_are_read(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    """A step of 600 calls of a tiny program makes a few hundred thousand profiler events a
+    second: 2 s samples hold more than the daemon reads (131,072). It refuses them and asks
+    the job for samples half as long at each refusal, until they are read; the ledger's
+    numbers then come from them, right."""
+    env = {"XMON_LEDGER_INTERVAL": "4", "XMON_LEDGER_DURATION": "2"}
+    job, truth = run_case(tmp_path, daemon, "many_ops", timeout=150, samples=2, ledger_env=env)
+    most = job.ledger.sample_seconds_most
+    assert most is not None and most <= 1.0 and job.ledger.samples_dropped_total >= 1
+    refused = re.search(
+        r'xmon_daemon_refused_total\{bound="xspace_events"\} (\S+)', daemon.scrape()
+    )
+    assert refused and float(refused.group(1)) >= 1
+    # The samples read are as short as asked (a marked one also holds a whole step: ~20 ms)
+    assert job.ledger.sampled_seconds / job.ledger.samples <= most + 0.2
+    ran = [p.executions_per_step for p in job.programs if p.executions_per_step]
+    assert ran == [pytest.approx(truth["calls_per_step"], rel=0.02)], [
+        (p.name, p.executions_per_step, p.executions) for p in job.programs
+    ]
+    assert max(d.busy_ratio or 0.0 for d in job.devices) > 0
+    assert "samples_too_large" not in {f.kind for f in job.findings}  # read now
 
 
 def test_a_job_compiling_a_new_program_every_step_has_its_flops_per_step(

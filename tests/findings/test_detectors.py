@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from xmon.analysis.stall import stall_threshold
@@ -217,6 +219,21 @@ def test_a_job_whose_numbers_are_still_to_come_is_told_when() -> None:
     assert "ledger_pending" not in kinds(detect_setup(sampled, 40.0, 1.0))
     lost = (Capability("ledger", "gone"),)
     assert "ledger_pending" not in kinds(detect_setup(job(steps=marked, capabilities=lost), 40, 1))
+
+
+def test_samples_refused_for_their_size_are_said_instead_of_pending() -> None:
+    """Samples came and were too large to read: the finding says so, with the length asked,
+    not that the first sample is still to come; it goes once one is read."""
+    marked = StepStats(steps_total=40, p50_step_seconds=0.01)
+    refused = LedgerStats(samples=0, sample_seconds_most=0.05, samples_dropped_total=3)
+    found = detect_setup(job(steps=marked, ledger=refused, agent=AgentHealth()), 40.0, 1.0)
+    (large,) = [f for f in found if f.kind == "samples_too_large"]
+    assert "ledger_pending" not in kinds(found)
+    assert dict(large.evidence)["longest sample asked"] == "0.05 s"
+    assert dict(large.evidence)["samples dropped"] == "3"
+    assert "131,072" in large.fix
+    read = replace(refused, samples=1)
+    assert "samples_too_large" not in kinds(detect_setup(job(steps=marked, ledger=read), 40, 1))
 
 
 def test_a_capability_unavailable_is_a_warning_that_names_it_and_its_reason() -> None:

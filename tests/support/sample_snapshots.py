@@ -94,7 +94,7 @@ def train_job(n_programs: int = 60) -> Job:
                           ledger_samples_skipped_total=2, ledger_next_sample_at=1_700_000_210.0),
         ledger=LedgerStats(samples=8, sampled_seconds=0.8, window_seconds=70.0,
                            last_sample_at=1_700_000_190.0, parse_errors_total=1,
-                           sample_seconds_asked=4.0),
+                           sample_seconds_asked=4.0, sample_seconds_most=0.05),
         captures=(CaptureCount("trace", "step_time", 2, 1, 1_700_000_150.0, "slow step",
                                ("/tb/train-1000/plugins/profile/s/node0.xplane.pb",)),),
         findings=(Finding("recompile", "warning", "jit_a recompiled", 1.0, subject="jit_a"),

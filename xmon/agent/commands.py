@@ -39,15 +39,15 @@ class CommandRunner:
         self._last_export_second = 0
         self._received = 0.0  # when the running capture's command reached the job
         self._threads: list[threading.Thread] = []
-        # Told the sample length a job without step markers needs (the execution sampler).
-        self.sample_length_listener: Callable[[float], None] | None = None
+        # Told the sample length the job needs (the execution sampler): at least, and at most.
+        self.sample_length_listener: Callable[[float, float], None] | None = None
 
     def submit(self, command: xmon_pb2.DaemonCommand) -> None:
         kind = command.WhichOneof("kind")
         if kind == "sample_length":  # a setting: no result goes back
             listener = self.sample_length_listener
             if listener is not None:
-                listener(command.sample_length.seconds)
+                listener(command.sample_length.seconds, command.sample_length.max_seconds)
             return
         if kind == "get_hlo":
             self._start(self._run_hlo, command)

@@ -46,7 +46,12 @@ from typing import Any
 from xmon.agent import internals
 from xmon.agent.capabilities import Capabilities
 from xmon.wire.proto import xmon_pb2
-from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire.protocol import (
+    SAMPLE_ANCHOR,
+    SAMPLE_MAX_BYTES,
+    SAMPLE_MIN_SECONDS,
+    SAMPLE_RECORD_MAX_SECONDS,
+)
 
 log = logging.getLogger("xmon.agent")
 
@@ -64,6 +69,8 @@ FAILURES_UNTIL_UNAVAILABLE = 3
 # (the job stopped marking steps) the sample ends with what it holds.
 MAX_SAMPLE_SECONDS = SAMPLE_RECORD_MAX_SECONDS
 SAMPLE_LIMIT_STEPS = 2.5  # a sample's limit in the longest recent steps, beyond `duration`
+MIN_SAMPLE_SECONDS = SAMPLE_MIN_SECONDS
+SIZE_MARGIN = 0.7  # of the length that would have fit: event rates vary from sample to sample
 POLL_SECONDS = 0.01  # how often a recording sample looks for new step begins
 LONG_STEP_SECONDS = 1.0  # steps at least this long: open the session just before a begin
 LEAD_IN_SHARE = 0.1  # of a step: how early before the predicted begin it opens
@@ -79,7 +86,7 @@ class LedgerConfig:
     first_delay: float = FIRST_DELAY
 
     def __post_init__(self) -> None:
-        if not 0.01 <= self.duration <= 10.0:
+        if not MIN_SAMPLE_SECONDS <= self.duration <= 10.0:
             raise ValueError(f"ledger duration must be 0.01-10 s, got {self.duration}")
         if not self.duration < self.interval <= 86400:
             raise ValueError(
@@ -135,6 +142,7 @@ class ExecutionSampler:
         self.skipped_total = 0
         self.busy_total = 0  # skipped because the profiler was busy (the job's trace, a capture)
         self.busy_seconds = 0.0  # time spent starting and stopping sessions
+        self.too_large_total = 0  # samples dropped for their size (larger than the daemon reads)
         self.last_recorded = 0.0  # seconds the latest sample recorded (0: none taken)
         self.next_sample_at: float | None = None  # wall clock of the next sample, while waiting
         self._start_cost = 0.1  # seconds the latest session took to start recording
@@ -143,25 +151,52 @@ class ExecutionSampler:
         # samples of the kind it asked about (whether the job marked steps then)
         self.asked_seconds = config.duration
         self._asked_marked = False
+        # The longest a sample records beyond whole steps, where samples were too large: as
+        # the daemon asked (more events than it reads), or as this agent found (more bytes
+        # than it sends); None: no such limit
+        self.daemon_most_seconds: float | None = None
+        self.size_most_seconds: float | None = None
 
-    def ask_length(self, seconds: float) -> None:
+    def ask_length(self, seconds: float, max_seconds: float = 0.0) -> None:
         """The daemon's ask for longer samples: of a job without markers (its samples held
         too few starts of its busiest program), or of any job running a program too rare for
         two of its runs in a sample. Taken within the configured duration and
-        MAX_SAMPLE_SECONDS; 0 restores the configured duration; anything else is ignored."""
+        MAX_SAMPLE_SECONDS; 0 restores the configured duration; anything else is ignored.
+
+        ``max_seconds``: the longest a sample should record (beyond whole steps), because
+        longer ones held more events than the daemon reads; at least MIN_SAMPLE_SECONDS, and
+        0 (or anything not a positive number) is no such limit."""
         if seconds == 0:
             self.asked_seconds = self.config.duration
         elif math.isfinite(seconds) and seconds > 0:
             self.asked_seconds = min(MAX_SAMPLE_SECONDS, max(self.config.duration, seconds))
             self._asked_marked = bool(self._step_begins())
+        self.daemon_most_seconds = _most(max_seconds)
+
+    @property
+    def most_seconds(self) -> float | None:
+        """The longest a sample records beyond whole steps (None: no limit)."""
+        limits = [m for m in (self.daemon_most_seconds, self.size_most_seconds) if m is not None]
+        return min(limits, default=None)
 
     def _length(self, marked: bool) -> float:
         """What a sample records at least: as the daemon asked, where it asked about samples
         of this kind; else as configured. An ask for a job's start-up before it marked steps
         (longer and longer samples of its initialisation's programs, up to minutes) does not
         hold for its marked samples, which hold whole steps: the daemon takes it back once one
-        arrives, and the first would otherwise have recorded that long."""
-        return self.asked_seconds if self._asked_marked == marked else self.config.duration
+        arrives, and the first would otherwise have recorded that long. Samples found too
+        large are shorter (``most_seconds``): a sample that is not read gives nothing."""
+        length = self.asked_seconds if self._asked_marked == marked else self.config.duration
+        most = self.most_seconds
+        return length if most is None else min(length, most)
+
+    def _too_large(self, recorded: float, size: int) -> None:
+        """A sample of ``recorded`` seconds came to ``size`` bytes, more than a sample may
+        be: the next ones record for as long as would have fit, with room to spare."""
+        fitting = recorded * MAX_SAMPLE_BYTES / size * SIZE_MARGIN
+        self.size_most_seconds = max(MIN_SAMPLE_SECONDS, min(self.size_most_seconds or fitting,
+                                                             fitting))  # fmt: skip
+        self.too_large_total += 1
 
     def start(self) -> None:
         if not self.config.enabled:
@@ -270,7 +305,10 @@ class ExecutionSampler:
         self.last_recorded = recorded
         # Begins before the session recorded would count steps whose executions it missed.
         begins = [t - opened for t in tuple(self._step_begins()) if running <= t <= stopping]
-        if not isinstance(data, bytes) or not data or len(data) > MAX_SAMPLE_BYTES:
+        if not isinstance(data, bytes) or not data:
+            return None
+        if len(data) > MAX_SAMPLE_BYTES:
+            self._too_large(recorded, len(data))
             return None
         sample = xmon_pb2.ExecutionSample(
             started_at=started_at,
@@ -359,6 +397,13 @@ def next_delay(config: LedgerConfig, recorded: float) -> float:
     """The wait before the next sample: the interval, longer after a long sample so that
     the share of time recorded stays ``duration / interval``."""
     return max(config.interval, recorded * config.interval / config.duration)
+
+
+def _most(seconds: float) -> float | None:
+    """A limit on a sample's length as asked: None for 0 or anything not a positive number."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return min(MAX_SAMPLE_SECONDS, max(MIN_SAMPLE_SECONDS, seconds))
 
 
 def _options(options: Any) -> Any:

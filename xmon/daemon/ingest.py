@@ -263,14 +263,16 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
 
 def _ask_sample_length(state: JobState, link: AgentLink) -> None:
     """Ask the agent for the sample length its job needs, once it changed (xmon.execution.
-    ledger: samples of a job without markers too short for its steps, or too short to hold two
-    runs of a rarer program; 0 once the job marks steps: as configured)."""
-    wanted = state.ledger.sample_seconds_wanted
-    if wanted is None or wanted == state.sample_seconds_told:
+    ledger): at least, where samples of a job without markers are too short for its steps, or
+    too short to hold two runs of a rarer program (0 once the job marks steps: as configured);
+    at most, where its samples were refused for their size."""
+    ledger = state.ledger
+    wanted, most = ledger.sample_seconds_wanted, ledger.sample_seconds_most
+    if (wanted is None and most is None) or (wanted, most) == state.sample_seconds_told:
         return
-    length = xmon_pb2.SampleLength(seconds=wanted)
+    length = xmon_pb2.SampleLength(seconds=wanted or 0.0, max_seconds=most or 0.0)
     if link.tell(xmon_pb2.DaemonCommand(sample_length=length)):
-        state.sample_seconds_told = wanted
+        state.sample_seconds_told = (wanted, most)
 
 
 async def _next_message(

@@ -306,6 +306,7 @@ def _ledger_stats(
         parse_errors_total=ledger.parse_errors_total,
         samples_dropped_total=ledger.samples_dropped_total,
         sample_seconds_asked=ledger.sample_seconds_asked,
+        sample_seconds_most=ledger.sample_seconds_most,
     )
 
 

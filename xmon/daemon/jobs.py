@@ -78,7 +78,8 @@ class JobState:
     budget: StateBudget = field(default_factory=StateBudget)  # shared by the daemon's jobs
     held_bytes: int = 0  # estimated bytes this job's state holds (see xmon.daemon.bounds)
     pid_verified: bool = False  # the claimed process holds a connection (xmon.daemon.peers)
-    sample_seconds_told: float | None = None  # the sample length the agent was last asked for
+    # The sample length the agent was last asked for: (at least, at most)
+    sample_seconds_told: tuple[float | None, float | None] | None = None
     goodput: GoodputSplit = field(default_factory=GoodputSplit)  # the wall-time account's split
     _programs_sorted: tuple[Program, ...] | None = field(default=None, repr=False)
 

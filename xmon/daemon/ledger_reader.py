@@ -15,7 +15,9 @@ real session (non-finite, negative, longer than a minute; step begins outside th
 under a microsecond apart) are refused before the parse and counted
 (``bound="sample_numbers"``), and so is a sample the parse stops at one of its bounds
 (:mod:`xmon.execution.xspace_bounds`). Each kind of refusal is logged in one line when it
-starts, and again only after a sample has been read since.
+starts, and again only after a sample has been read since. A sample refused for its size (more
+events or bytes than a sample may hold: a job of many small ops, fast steps) makes the daemon
+ask the job for shorter samples, so that its next ones are read.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ MAX_SAMPLE_SECONDS = SAMPLE_TAKEN_MAX_SECONDS
 MAX_INFLIGHT_BYTES = 32 * 1024 * 1024
 MAX_WAITING = 32  # samples waiting for the reader over all jobs (a ~0.1 s read each: ~6 s)
 READING_SHARE = 0.5  # of one core: after a read of t seconds the reader rests t
+# Bounds a sample passes by recording too long (its events and bytes grow with its length):
+# the job is asked for shorter ones (JobLedger.refused_as_too_large), which can be read.
+SIZE_BOUNDS = frozenset({"xspace_events", "xspace_bytes"})
 
 
 class LedgerReader:
@@ -125,6 +130,8 @@ class LedgerReader:
             )
         except SampleRefused as refusal:
             self._refuse(ledger, refusal)
+            if refusal.bound in SIZE_BOUNDS:
+                ledger.refused_as_too_large(sample.duration_seconds)
         except SampleUnreadable as exc:
             ledger.parse_errors_total += 1
             log.debug("execution sample unreadable: %s", exc)

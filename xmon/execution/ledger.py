@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xmon.execution.samples import SampleReading
-from xmon.wire.protocol import SAMPLE_MAX_BYTES, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire.protocol import SAMPLE_MAX_BYTES, SAMPLE_MIN_SECONDS, SAMPLE_RECORD_MAX_SECONDS
 
 DEFAULT_WINDOW_SAMPLES = 6
 # A sample of a job without markers holds whole periods of its busiest program from three
@@ -31,6 +31,9 @@ RARER_PERIODS_WANTED = 2.5
 RARER_SAMPLE_MAX_SECONDS = 5.0
 RARER_SAMPLE_BYTES = SAMPLE_MAX_BYTES // 8
 RARER_DEVICE_SHARE = 0.02
+# A sample refused for its size (more events or bytes than the daemon reads): the next ones
+# are asked to record at most this share of it, down to the shortest sample an agent takes.
+SHORTEN_TOO_LARGE = 0.5
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ class JobLedger:
         # periods of its busiest program (no markers, long steps) or two runs of a rarer one;
         # None: nothing asked yet, 0: as configured again.
         self.sample_seconds_wanted: float | None = None
+        # The longest its samples should record (beyond whole steps), where they were refused
+        # for their size: each refusal halves the length that was refused; None: no limit.
+        self.sample_seconds_most: float | None = None
         # Over the job's life, the samples taken through its stepping (xmon.goodput.split):
         # each device's busy seconds in them, and their seconds
         self._stepping_busy: defaultdict[int, float] = defaultdict(float)
@@ -107,6 +113,16 @@ class JobLedger:
                 self.sample_seconds_wanted = wanted
         if reading.last_started is not None:
             self.last_seen = (reading.last_started, reading.started_at + reading.duration_seconds)
+
+    def refused_as_too_large(self, duration_seconds: float) -> None:
+        """A sample of ``duration_seconds`` held more than the daemon reads (events or bytes):
+        ask for samples of half that length (its read stopped at the bound, so by how much it
+        was past it is not known), never longer than asked before, at least
+        SAMPLE_MIN_SECONDS."""
+        if not math.isfinite(duration_seconds) or duration_seconds <= 0:
+            return
+        shorter = max(SAMPLE_MIN_SECONDS, SHORTEN_TOO_LARGE * duration_seconds)
+        self.sample_seconds_most = min(self.sample_seconds_most or shorter, shorter)
 
     @property
     def sample_seconds_asked(self) -> float | None:

@@ -332,6 +332,10 @@ _LEDGER_METRICS = (
        "N steps) runs too seldom for two of its runs in a sample; absent where it asked nothing "
        "(or took its ask back).",
        JOB, "seconds", "Job.ledger.sample_seconds_asked"),
+    _g("xmon_job_ledger_sample_seconds_most", "Longest the daemon asked the agent's samples to "
+       "record (beyond whole steps), because longer ones held more events or bytes than it "
+       "reads (a job of many small ops; each such refusal halves it); absent where it asked no "
+       "limit.", JOB, "seconds", "Job.ledger.sample_seconds_most"),
 )
 
 _HW = "Snapshot.devices[].hardware."

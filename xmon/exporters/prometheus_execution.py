@@ -63,3 +63,4 @@ def add_ledger_series(b: FamilyBuilder, job: Job, key: JobKey) -> None:
     b.add("xmon_job_ledger_last_sample_timestamp_seconds", key, ledger.last_sample_at)
     b.add("xmon_agent_ledger_next_sample_timestamp_seconds", key, a.ledger_next_sample_at)
     b.add("xmon_job_ledger_sample_seconds_asked", key, ledger.sample_seconds_asked)
+    b.add("xmon_job_ledger_sample_seconds_most", key, ledger.sample_seconds_most)

@@ -6,6 +6,7 @@ that is asked often and never hits, which costs compile time on every start.
 
 from __future__ import annotations
 
+from xmon.execution.xspace_bounds import SAMPLE_BOUNDS
 from xmon.model import Finding, Job
 
 NO_STEPS_AFTER_SECONDS = 60.0  # attached this long with programs and no step: say so
@@ -21,6 +22,7 @@ def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
         _capabilities_missing(job, since),
         _ledger_kept_busy(job, age_seconds, since),
         _ledger_pending(job, age_seconds, since),
+        _samples_too_large(job, since),
     ]
     return [f for f in found if f is not None]
 
@@ -86,6 +88,8 @@ def _ledger_pending(job: Job, age_seconds: float, since: float) -> Finding | Non
         return None
     if job.agent.ledger_samples_busy_total or not _available(job, "ledger"):
         return None  # said by ledger_kept_busy and capability_unavailable
+    if job.ledger.sample_seconds_most is not None:
+        return None  # samples came, too large to read: said by samples_too_large
     return Finding(
         kind="ledger_pending",
         severity="info",
@@ -100,6 +104,30 @@ def _ledger_pending(job: Job, age_seconds: float, since: float) -> Finding | Non
         fix="Nothing to do: a sample records at least two step begins, and samples are spaced "
         "to keep the ledger at 1 % of the job's time (after a sample of r seconds the next "
         "waits 100 r), so with steps of 10 s the numbers come about 20 minutes apart.",
+    )
+
+
+def _samples_too_large(job: Job, since: float) -> Finding | None:
+    """Samples refused for their size and none read since: the daemon asked for shorter ones
+    (halving each time), and what stands on the ledger is absent until one is read."""
+    ledger = job.ledger
+    if ledger.sample_seconds_most is None or ledger.samples:
+        return None
+    return Finding(
+        kind="samples_too_large",
+        severity="info",
+        summary="the job's execution samples held more events than the daemon reads; it asked "
+        "for shorter ones, and FLOPs per step, HFU, executions and busy come once one is read",
+        since=since,
+        evidence=(
+            ("longest sample asked", f"{ledger.sample_seconds_most:.3g} s"),
+            ("samples dropped", str(ledger.samples_dropped_total)),
+            ("next sample", _next_sample(job)),
+        ),
+        fix="Nothing to do while the samples shorten (each refusal halves them, down to 10 ms; "
+        "marked samples still hold a whole step). If a single step holds more events than a "
+        f"sample may ({SAMPLE_BOUNDS.max_events:,}: tens of thousands of tiny ops a step), "
+        "FLOPs per step and HFU need a capture (`xmon capture`) instead.",
     )
 
 

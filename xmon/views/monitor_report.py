@@ -369,6 +369,7 @@ def _ledger(job: Job, old: Job | None) -> dict[str, Any]:
         "last_sample_at": ledger.last_sample_at,
         "next_sample_at": job.agent.ledger_next_sample_at,
         "sample_seconds_asked": ledger.sample_seconds_asked,
+        "sample_seconds_most": ledger.sample_seconds_most,
         "parse_errors": _counter(ledger.parse_errors_total, before),
     }
 

@@ -35,6 +35,9 @@ SAMPLE_ANCHOR = "xmon.sample_anchor"
 # and stop on a loaded host.
 SAMPLE_RECORD_MAX_SECONDS = 150.0
 SAMPLE_TAKEN_MAX_SECONDS = SAMPLE_RECORD_MAX_SECONDS + 30.0
+# The shortest a sample records (beyond whole steps): as configured at least, and where samples
+# were too large for the daemon (SampleLength.max_seconds) no shorter than this.
+SAMPLE_MIN_SECONDS = 0.01
 # The largest execution sample (serialized XSpace) an agent sends and a daemon reads: a whole
 # long step of a large program is several MiB.
 SAMPLE_MAX_BYTES = 16 << 20

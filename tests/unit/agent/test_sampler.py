@@ -13,9 +13,11 @@ import jax.numpy as jnp
 import pytest
 from jax._src import profiler as jax_profiler
 
+from xmon.agent import sampler as sampler_module
 from xmon.agent.commands import CommandRunner
 from xmon.agent.sampler import (
     MAX_SAMPLE_SECONDS,
+    MIN_SAMPLE_SECONDS,
     ExecutionSampler,
     LedgerConfig,
     holds_whole_steps,
@@ -66,11 +68,14 @@ def stepping_thread(stop: threading.Event, timer: StepTimer | None = None,
 
 
 def marked_sample(
-    step_seconds: float, asked: float | None = None, asked_before_steps: bool = False
+    step_seconds: float,
+    asked: float | None = None,
+    asked_before_steps: bool = False,
+    most: float = 0.0,
 ) -> tuple[ExecutionSampler, xmon_pb2.ExecutionSample]:
     """One sample of a thread marking steps of at least ``step_seconds`` (the daemon having
-    asked for ``asked`` seconds, where given, once it stepped or before), and the sampler that
-    took it."""
+    asked for ``asked`` seconds, where given, once it stepped or before, and for at most
+    ``most``), and the sampler that took it."""
     timer = StepTimer()
     ledger, sent = sampler(begins=lambda: timer.begin_times)
     if asked is not None and asked_before_steps:
@@ -79,8 +84,8 @@ def marked_sample(
     thread = stepping_thread(stop, timer, step_seconds)
     try:
         wait_for(lambda: len(timer.begin_times) >= 3, 30, "three steps")
-        if asked is not None and not asked_before_steps:
-            ledger.ask_length(asked)
+        if (asked is not None and not asked_before_steps) or most:
+            ledger.ask_length(asked or 0.0, most)
         assert ledger.sample_once()
     finally:
         stop.set()
@@ -222,6 +227,54 @@ def test_the_daemons_ask_for_longer_samples() -> None:
     runner.sample_length_listener = ledger.ask_length
     runner.submit(xmon_pb2.DaemonCommand(sample_length=xmon_pb2.SampleLength(seconds=3.5)))
     assert ledger.asked_seconds == 3.5 and replies == []
+
+
+def test_the_daemons_limit_on_sample_length_wins_over_its_ask() -> None:
+    """Samples refused for their size (more events than the daemon reads): it asks for at
+    most so long, below the configured duration where need be, but never below 10 ms."""
+    ledger, _ = sampler()
+    ledger.ask_length(0.0, 0.05)
+    assert ledger.most_seconds == 0.05 and ledger._length(marked=False) == 0.05
+    ledger.ask_length(7.0, 0.5)  # longer asked (a job without markers), shorter wins
+    assert ledger._length(marked=False) == 0.5
+    ledger.ask_length(7.0, 1e-6)
+    assert ledger.most_seconds == MIN_SAMPLE_SECONDS
+    for no_limit in (0.0, float("nan"), float("inf"), -1.0):
+        ledger.ask_length(7.0, no_limit)
+        assert ledger.most_seconds is None and ledger._length(marked=False) == 7.0
+    runner = CommandRunner(lambda result: None)
+    runner.sample_length_listener = ledger.ask_length
+    length = xmon_pb2.SampleLength(seconds=0.0, max_seconds=0.08)
+    runner.submit(xmon_pb2.DaemonCommand(sample_length=length))
+    assert ledger.most_seconds == 0.08 and ledger._length(marked=False) == 0.08
+
+
+def test_a_marked_sample_under_a_limit_still_holds_whole_steps() -> None:
+    _, sample = marked_sample(0.005, most=0.03)
+    assert sample.steps_marked and len(sample.step_begin_seconds) >= 2
+    assert sample.duration_seconds < 0.15  # not the configured 0.2 s
+
+
+def test_a_sample_too_large_to_send_makes_the_next_ones_shorter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sample over the size the daemon reads is dropped here, and the agent shortens its
+    samples in proportion, with a margin: the next one fits."""
+    stop = threading.Event()
+    thread = stepping_thread(stop)
+    ledger, sent = sampler(duration=0.5)
+    try:
+        assert ledger.sample_once()
+        size = len(sent[0].xspace)
+        monkeypatch.setattr(sampler_module, "MAX_SAMPLE_BYTES", size // 4)
+        assert not ledger.sample_once()
+        assert ledger.too_large_total == 1 and ledger.skipped_total == 1
+        assert ledger.most_seconds is not None and ledger.most_seconds < 0.5 * 0.25
+        assert ledger.sample_once(), "the next sample fits"
+        assert sent[-1].duration_seconds < 0.25 and len(sent[-1].xspace) <= size // 4
+    finally:
+        stop.set()
+        thread.join()
 
 
 def test_a_marked_sample_records_as_long_as_the_daemon_asked() -> None:

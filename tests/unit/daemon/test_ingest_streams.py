@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
-from xmon.daemon.ingest import _write_commands
+from xmon.daemon.ingest import _ask_sample_length, _write_commands
 from xmon.daemon.links import AgentLink
+from xmon.execution.ledger import JobLedger
+from xmon.wire.proto import xmon_pb2
 
 
 def test_a_stream_cancelled_by_grpc_leaves_no_task_waiting_for_commands() -> None:
@@ -28,3 +31,25 @@ def test_a_stream_cancelled_by_grpc_leaves_no_task_waiting_for_commands() -> Non
         return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
 
     assert asyncio.run(run()) == set()
+
+
+def test_the_sample_length_is_told_once_each_time_it_changes() -> None:
+    """At least (lengthened for long steps) and at most (shortened after a refusal for size)
+    go in one SampleLength, sent when either changed."""
+
+    async def run() -> list[xmon_pb2.SampleLength]:
+        link, ledger = AgentLink(), JobLedger()
+        state = SimpleNamespace(ledger=ledger, sample_seconds_told=None)
+        _ask_sample_length(state, link)  # type: ignore[arg-type]  # nothing asked yet
+        ledger.refused_as_too_large(0.4)
+        _ask_sample_length(state, link)  # type: ignore[arg-type]
+        _ask_sample_length(state, link)  # type: ignore[arg-type]  # unchanged: not again
+        ledger.sample_seconds_wanted = 3.0
+        _ask_sample_length(state, link)  # type: ignore[arg-type]
+        told = []
+        while not link.outbox.empty():
+            told.append(link.outbox.get_nowait().command.sample_length)
+        return told
+
+    told = asyncio.run(run())
+    assert [(t.seconds, t.max_seconds) for t in told] == [(0.0, 0.2), (3.0, 0.2)]

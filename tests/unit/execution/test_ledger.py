@@ -27,7 +27,7 @@ from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample
 from xmon.model import Program
 from xmon.wire.proto import xmon_pb2
 from xmon.wire.proto import xplane_pb2 as xp
-from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_RECORD_MAX_SECONDS
+from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_MIN_SECONDS, SAMPLE_RECORD_MAX_SECONDS
 
 PROGRAM, RUN, ORDINAL, OP, MODULE = 1, 2, 3, 4, 5  # stat metadata ids
 MS = 10**9  # picoseconds
@@ -679,3 +679,35 @@ def test_a_length_asked_before_the_first_marked_step_is_taken_back() -> None:
     ledger.add(parse(periodic_space(20.0, 10), 0.2, step_begins=begins, steps_marked=True))
     assert ledger.sample_seconds_wanted == 0.0  # as configured: marked samples hold whole steps
     assert ledger.sample_seconds_asked is None  # and views show no ask
+
+
+def test_a_sample_refused_for_its_events_asks_the_job_for_shorter_ones() -> None:
+    """More events than a sample may hold (a job of many small ops, fast steps): the read
+    stops at the bound, and the job is asked for samples half as long, which can be read."""
+    many = periodic_space(0.01, 8500, devices=8)  # 16 events a period: past 131,072
+
+    async def run() -> tuple[LedgerReader, JobLedger]:
+        reader, ledger = LedgerReader(), JobLedger()
+        assert reader.submit(ledger, sample(duration_seconds=0.4, xspace=many.SerializeToString()))
+        await reader.drain()
+        return reader, ledger
+
+    reader, ledger = asyncio.run(run())
+    assert reader.refused["xspace_events"] == 1 and ledger.samples_dropped_total == 1
+    assert ledger.sample_seconds_most == pytest.approx(0.2)
+    assert ledger.sample_seconds_wanted is None  # the limit is asked on its own
+
+
+def test_each_refusal_for_size_halves_the_length_down_to_the_shortest_sample() -> None:
+    ledger = JobLedger()
+    ledger.refused_as_too_large(1.0)
+    assert ledger.sample_seconds_most == 0.5
+    ledger.refused_as_too_large(4.0)  # an older, longer sample: the limit stays
+    assert ledger.sample_seconds_most == 0.5
+    ledger.refused_as_too_large(0.5)
+    assert ledger.sample_seconds_most == 0.25
+    for nonsense in (math.nan, math.inf, 0.0, -1.0):
+        ledger.refused_as_too_large(nonsense)
+        assert ledger.sample_seconds_most == 0.25
+    ledger.refused_as_too_large(0.001)
+    assert ledger.sample_seconds_most == SAMPLE_MIN_SECONDS

@@ -268,6 +268,7 @@ def test_execution_truth_reaches_the_report(validator: Any) -> None:
     assert entry["ledger"] == {
         "samples": 6, "sampled_seconds": 0.6, "window_seconds": 50.0,
         "last_sample_at": 1_700_000_190.0, "next_sample_at": None, "sample_seconds_asked": None,
+        "sample_seconds_most": None,
         "parse_errors": {"total": 3, "delta": 1},
     }  # fmt: skip
 

@@ -496,10 +496,12 @@ class GetHlo(_message.Message):
     def __init__(self, fingerprint: _Optional[str] = ...) -> None: ...
 
 class SampleLength(_message.Message):
-    __slots__ = ("seconds",)
+    __slots__ = ("seconds", "max_seconds")
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     seconds: float
-    def __init__(self, seconds: _Optional[float] = ...) -> None: ...
+    max_seconds: float
+    def __init__(self, seconds: _Optional[float] = ..., max_seconds: _Optional[float] = ...) -> None: ...
 
 class DaemonCommand(_message.Message):
     __slots__ = ("command_id", "start_trace", "save_memory_profile", "get_hlo", "sample_length")
