@@ -119,22 +119,33 @@ class JobBuilder:
         if report is None or not report.HasField("goodput"):
             return None
         account = report.goodput
-        stepping = state.ledger.stepping_busy_ratio()  # empty before a sample stepped through
-        busy = (
-            rates.busy_by_device(stepping, list(state.devices), _ordinals(state))
-            if stepping
-            else {}
-        )
+        seconds = dict(account.seconds)
         goodput = state.goodput.update(
-            dict(account.seconds),
+            seconds,
             wall_seconds=max(0.0, account.as_of - account.process_started_at),
             as_of=account.as_of,
-            busy_ratio=rates.step_busy_ratio(busy),
+            busy_ratio=self._stepping_busy_share(state, seconds.get("steps", 0.0)),
             steps_marked=account.steps_marked,
         )
         key = state.restart_key()
         lost = self._restarts.lost(key, account.first_step_at) if key is not None else None
         return goodput if lost is None else dataclasses.replace(goodput, restart_seconds=lost)
+
+    def _stepping_busy_share(self, state: JobState, stepping_seconds: float) -> float | None:
+        """The devices' busy share of the job's stepping over its life, on the devices the
+        step uses: for marked steps, their busy seconds per step in samples times the steps
+        (the profiler slows the host side inside samples, not the devices' work); without
+        markers, their busy share in samples. None before a sample stepped through."""
+        devices, ordinals = list(state.devices), _ordinals(state)
+        report = state.report
+        steps = report.steps.steps_total if report is not None else 0
+        per_step = state.ledger.stepping_device_seconds_per_step()
+        if per_step and steps:
+            by_device = rates.busy_by_device(per_step, devices, ordinals)
+            return rates.marked_step_busy_share(by_device, steps, stepping_seconds)
+        stepping = state.ledger.stepping_busy_ratio()  # empty before a sample stepped through
+        busy = rates.busy_by_device(stepping, devices, ordinals) if stepping else {}
+        return rates.step_busy_ratio(busy)
 
     def forget(self, live: Iterable[JobState]) -> None:
         """Drop what was kept for jobs that are gone."""

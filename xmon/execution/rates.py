@@ -183,6 +183,20 @@ def step_busy_ratio(busy: Mapping[int, float]) -> float | None:
     return min(1.0, sum(busy[d] for d in used) / len(used))
 
 
+def marked_step_busy_share(
+    device_seconds_per_step: Mapping[int, float], steps: int, stepping_seconds: float
+) -> float | None:
+    """The share of a marked job's stepping its devices computed: the busy seconds per step
+    of the devices the step uses (xmon.execution.ledger, measured in samples), times the
+    steps it marked, over the seconds those steps took (at most 1). None without a reading
+    or steps."""
+    if not device_seconds_per_step or steps <= 0 or stepping_seconds <= 0:
+        return None
+    used = step_devices(device_seconds_per_step)
+    per_step = sum(device_seconds_per_step[d] for d in used) / len(used)
+    return min(1.0, per_step * steps / stepping_seconds)
+
+
 def step_breakdown(
     busy: Mapping[int, float], collective: Mapping[int, float], steps_per_second: float | None
 ) -> StepBreakdown | None:

@@ -612,6 +612,27 @@ def test_the_busy_share_of_stepping_counts_the_samples_that_stepped_throughout()
     assert unmarked.stepping_busy_ratio() == {0: pytest.approx(0.7)}
 
 
+def test_busy_seconds_per_marked_step_are_the_samples_share_times_their_step() -> None:
+    """The profiler slows a job's host side while it records: samples held 10 and then 12
+    steps a second of a job that runs 12.3 outside them; each step's 60 ms of device work is
+    the same in both. Busy seconds per step: the samples' busy share times their mean step."""
+    ledger = JobLedger()
+    assert ledger.stepping_device_seconds_per_step() == {}
+    ledger.add(replace(stepped_reading(10, 10.0), device_busy_seconds={0: 0.60, 1: 0.01}))
+    ledger.add(replace(stepped_reading(12, 12.0), device_busy_seconds={0: 0.72, 1: 0.01}))
+    per_step = ledger.stepping_device_seconds_per_step()
+    assert per_step == {0: pytest.approx(0.06), 1: pytest.approx(0.02 / 22)}
+    # one device of four computes: the step's share is that device's, not the mean of four
+    share = rates.marked_step_busy_share(per_step, steps=100, stepping_seconds=8.1)
+    assert share == pytest.approx(6.0 / 8.1)
+    assert rates.marked_step_busy_share(per_step, steps=1000, stepping_seconds=8.1) == 1.0
+    assert rates.marked_step_busy_share({}, steps=100, stepping_seconds=8.1) is None
+    assert rates.marked_step_busy_share(per_step, steps=0, stepping_seconds=8.1) is None
+    unmarked = JobLedger()
+    unmarked.add(unmarked_reading(7, 8, 0.8))
+    assert unmarked.stepping_device_seconds_per_step() == {}  # no step count to multiply
+
+
 def _with_eval(evals_at: Sequence[int], steps: int = 10, eval_ms: float = 10.0) -> SampleReading:
     """``periodic_space`` with program 11 (an eval) after the given steps."""
     space = periodic_space(20.0, steps)
