@@ -8,9 +8,7 @@ import sys
 import time
 
 from xmon.collectors import CollectContext
-from xmon.collectors.host import (
-    HostCollector,
-)
+from xmon.collectors.host import HostCollector
 
 
 def context(*pids: int) -> CollectContext:

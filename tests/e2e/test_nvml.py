@@ -21,9 +21,7 @@ from xmon.collectors.nvml import (
     nvml_library_loads,
 )
 from xmon.exporters.prometheus import SnapshotCollector
-from xmon.model import (
-    Snapshot,
-)
+from xmon.model import Snapshot
 
 from support.nvml_snapshots import fixture_snapshot
 from support.procs import Daemon, wait_for

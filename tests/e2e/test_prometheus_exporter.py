@@ -8,9 +8,7 @@ import sys
 
 import pytest
 
-from xmon.exporters.prometheus import (
-    MetricsEndpoint,
-)
+from xmon.exporters.prometheus import MetricsEndpoint
 
 from support.sample_snapshots import snapshot
 

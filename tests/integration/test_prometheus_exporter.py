@@ -18,9 +18,7 @@ from xmon.exporters.prometheus import (
     MetricsEndpoint,
     MetricsServerError,
 )
-from xmon.model import (
-    HostSample,
-)
+from xmon.model import HostSample
 
 from support.sample_snapshots import snapshot
 

@@ -8,9 +8,7 @@ from typing import Any
 import pynvml
 
 from xmon.collectors import CollectContext, CollectorOutput
-from xmon.collectors.nvml import (
-    NvmlCollector,
-)
+from xmon.collectors.nvml import NvmlCollector
 from xmon.model import (
     CollectorHealth,
     DaemonStats,

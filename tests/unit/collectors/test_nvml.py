@@ -27,9 +27,7 @@ from xmon.collectors.nvml import (
 )
 from xmon.collectors.nvml_device import counter_rate, ratio, sum_known
 from xmon.exporters.prometheus import SnapshotCollector
-from xmon.model import (
-    Snapshot,
-)
+from xmon.model import Snapshot
 
 from support.nvml_fake import MIB, FakeGpu, FakeNvml, h100
 from support.nvml_snapshots import fixture_host, fixture_snapshot, tick
