@@ -192,10 +192,13 @@ class ExecutionSampler:
 
     def _too_large(self, recorded: float, size: int) -> None:
         """A sample of ``recorded`` seconds came to ``size`` bytes, more than a sample may
-        be: the next ones record for as long as would have fit, with room to spare."""
+        be: the next ones record for as long as would have fit, with room to spare, and
+        shorter than the limit this one was recorded under (its start and stop are part of
+        ``recorded``: without that, a limit could stay where samples never fit)."""
         fitting = recorded * MAX_SAMPLE_BYTES / size * SIZE_MARGIN
-        self.size_most_seconds = max(MIN_SAMPLE_SECONDS, min(self.size_most_seconds or fitting,
-                                                             fitting))  # fmt: skip
+        if self.size_most_seconds is not None:
+            fitting = min(fitting, self.size_most_seconds * SIZE_MARGIN)
+        self.size_most_seconds = max(MIN_SAMPLE_SECONDS, fitting)
         self.too_large_total += 1
 
     def start(self) -> None:
