@@ -228,8 +228,11 @@ def test_samples_too_large_to_read_are_shortened_until_they_are_read(
         r'xmon_daemon_refused_total\{bound="xspace_events"\} (\S+)', daemon.scrape()
     )
     assert refused and float(refused.group(1)) >= 1
-    # The samples read are as short as asked (a marked one also holds a whole step: ~20 ms)
-    assert job.ledger.sampled_seconds / job.ledger.samples <= most + 0.2
+    # The samples read are shorter than configured, as asked: a marked one also holds a whole
+    # step (~30 ms), and its length counts the session's start (up to tenths of a second on a
+    # loaded host)
+    mean_sample = job.ledger.sampled_seconds / job.ledger.samples
+    assert mean_sample < float(env["XMON_LEDGER_DURATION"]) and mean_sample <= most + 0.5
     ran = [p.executions_per_step for p in job.programs if p.executions_per_step]
     assert ran == [pytest.approx(truth["calls_per_step"], rel=0.02)], [
         (p.name, p.executions_per_step, p.executions) for p in job.programs
