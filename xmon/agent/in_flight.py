@@ -12,7 +12,10 @@ A library's jit wrapper (Flax NNX's ``nnx.jit``, an object holding its ``jax.jit
 runs Python around the jitted call: it splits a module's state before and writes the new state
 back into the module after, while the old is still alive (a reading there counted the model
 and its optimizer twice). So the frames below the top count too: a thread is in flight while
-any of its frames is stopped calling a jitted function or an object that holds one.
+any of its frames is stopped calling a jitted function or an object that holds one. The one
+shape this costs readings in: an object holding a jitted function whose ``__call__`` runs the
+whole training loop is "in flight" for as long as it runs, and a job without step markers that
+trains so is read only outside it (a method of it, ``trainer.fit()``, is not such a call).
 """
 
 from __future__ import annotations
