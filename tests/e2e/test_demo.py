@@ -36,11 +36,21 @@ def scrape(port: int) -> str:
         return str(response.read().decode())
 
 
+# Ctrl-C reaches a terminal's foreground job: SIGINT at its default, whatever this test's
+# runner inherited (a CI started in the background ignores it, and so would the demo, rightly:
+# tests/e2e/test_demo_lifecycle.py).
+AS_IN_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
 def test_demo_shows_live_metrics_and_another_shell_finds_it(tmp_path: Path) -> None:
     env = shell_env(tmp_path)
     port = free_port()
     demo = spawn(
-        [sys.executable, "-m", "xmon", "demo", "--listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-c", AS_IN_A_TERMINAL, "-m", "xmon", "demo",
+         "--listen", f"127.0.0.1:{port}"],
         tmp_path / "demo.log", env,
     )  # fmt: skip
     try:
