@@ -99,18 +99,18 @@ def call_site(code: CodeType, lasti: int) -> CallSite | None:
         at = ins.positions
         if at is None or at.lineno is None or at.lineno != line:
             continue
-        loads.extend(_loads_of(ins))
+        loaded = _loads_of(ins)
+        loads.extend(loaded)
         if call is None or at.col_offset != call.col_offset or ins.opname in _BESIDE:
             continue
         if (at.end_lineno, at.end_col_offset) == (call.end_lineno, call.end_col_offset):
             continue
         if ins.opname == "LOAD_CONST" and isinstance(ins.argval, tuple):
             continue  # a keyword call's names (3.13), at the callee's position
-        step = _loads_of(ins)
-        if step and step[0][0] == "name":
-            callee = step[:1]
-        elif step and callee is not None:
-            callee.append(step[0])
+        if loaded and loaded[0][0] == "name":
+            callee = loaded[:1]
+        elif loaded and callee is not None:
+            callee.append(loaded[0])
         else:
             callee = None
     return CallSite(tuple(loads), tuple(callee or ()))

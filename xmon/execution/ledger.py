@@ -154,7 +154,7 @@ class JobLedger:
         20 ms on the host ran 15 % fewer steps a second in samples), not its devices' work:
         the busy share inside samples is lower than the job's, its busy seconds per step are
         not."""
-        if not self._stepping_marked or self._stepping_steps <= 0:
+        if self._stepping_steps <= 0:  # counted only of marked samples
             return {}
         step = self._stepping_core_seconds / self._stepping_steps
         return {d: ratio * step for d, ratio in self.stepping_busy_ratio().items()}

@@ -179,8 +179,12 @@ def step_busy_ratio(busy: Mapping[int, float]) -> float | None:
     stepping time the devices computed (xmon.goodput.split)."""
     if not busy:
         return None
-    used = step_devices(busy)
-    return min(1.0, sum(busy[d] for d in used) / len(used))
+    return min(1.0, _mean_over(busy, step_devices(busy)))
+
+
+def _mean_over(values: Mapping[int, float], devices: Sequence[int]) -> float:
+    """The mean of per-device ``values`` over ``devices`` (a device without one counts 0)."""
+    return sum(values.get(d, 0.0) for d in devices) / len(devices)
 
 
 def marked_step_busy_share(
@@ -192,8 +196,7 @@ def marked_step_busy_share(
     or steps."""
     if not device_seconds_per_step or steps <= 0 or stepping_seconds <= 0:
         return None
-    used = step_devices(device_seconds_per_step)
-    per_step = sum(device_seconds_per_step[d] for d in used) / len(used)
+    per_step = _mean_over(device_seconds_per_step, step_devices(device_seconds_per_step))
     return min(1.0, per_step * steps / stepping_seconds)
 
 
@@ -209,8 +212,8 @@ def step_breakdown(
         return None
     step = 1.0 / steps_per_second
     used = step_devices(busy)
-    mean_busy = min(1.0, sum(busy[d] for d in used) / len(used))
-    mean_collective = min(mean_busy, sum(collective.get(d, 0.0) for d in used) / len(used))
+    mean_busy = min(1.0, _mean_over(busy, used))
+    mean_collective = min(mean_busy, _mean_over(collective, used))
     return StepBreakdown(
         step_seconds=step,
         compute_seconds=(mean_busy - mean_collective) * step,
