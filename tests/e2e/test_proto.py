@@ -15,15 +15,16 @@ from google.protobuf import descriptor_pb2
 
 from xmon.wire.proto import hlo_pb2, xmon_pb2, xplane_pb2
 
-REPO = Path(__file__).resolve().parents[2]
-PROTO = "xmon/wire/proto/xmon.proto"
-XPLANE_PROTO = "xmon/wire/proto/xplane.proto"
-REGENERATE = (
-    "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. " + PROTO
+from support.proto_generation import (
+    HLO_PROTO,
+    PROTO,
+    REGENERATE,
+    REGENERATE_HLO,
+    REGENERATE_XPLANE,
+    XPLANE_PROTO,
 )
-REGENERATE_XPLANE = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + XPLANE_PROTO
-HLO_PROTO = "xmon/wire/proto/hlo.proto"
-REGENERATE_HLO = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + HLO_PROTO
+
+REPO = Path(__file__).resolve().parents[2]
 VERSION_LINE = re.compile(r"^GRPC_GENERATED_VERSION = .*$", re.MULTILINE)
 
 

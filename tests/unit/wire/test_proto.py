@@ -10,14 +10,7 @@ import pytest
 
 from xmon.wire.proto import hlo_pb2, xmon_pb2, xmon_pb2_grpc, xplane_pb2
 
-PROTO = "xmon/wire/proto/xmon.proto"
-XPLANE_PROTO = "xmon/wire/proto/xplane.proto"
-REGENERATE = (
-    "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. " + PROTO
-)
-REGENERATE_XPLANE = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + XPLANE_PROTO
-HLO_PROTO = "xmon/wire/proto/hlo.proto"
-REGENERATE_HLO = "python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. " + HLO_PROTO
+from support.proto_generation import REGENERATE, REGENERATE_HLO, REGENERATE_XPLANE
 
 
 @pytest.mark.parametrize(
