@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-_HEADER = r"""
+HEADER = r"""
 import os, time
 import jax, jax.numpy as jnp
 import xmon
@@ -19,7 +19,7 @@ def running():
 # A two-layer MLP trained with SGD on a fixed batch, large enough that the device computes
 # most of each step (a much smaller one is dispatch-bound: host_bound says so, rightly).
 MLP = (
-    _HEADER
+    HEADER
     + r"""
 key = jax.random.key(0)
 k1, k2, k3 = jax.random.split(key, 3)
@@ -47,7 +47,7 @@ while running():
 # A small decoder-only transformer: parameters initialised eagerly at many shapes, a train
 # step that donates its parameters and optimiser state (Adam by hand).
 TRANSFORMER = (
-    _HEADER
+    HEADER
     + r"""
 VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 256, 128, 4, 2, 64, 8
 key = jax.random.key(1)

@@ -5,6 +5,9 @@ All at once, to keep the run near 6 minutes: under daemon A a healthy MLP, a tra
 eager initialisation and donated parameters, and a job stopped and started again midway; under
 daemon B an MLP whose daemon is stopped (SIGTERM) and started again on the same socket midway.
 Every few seconds both daemons' snapshots are read; /metrics at the end.
+
+The pathologies' healthy twins (tests/diagnosis/twin_jobs.py: each pathology job with its
+problem fixed) are watched the same way, in a run of their own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import healthy_jobs as scripts
 import pytest
+from twin_jobs import TWINS
 
 from xmon.findings.tracker import severity_rank
 from xmon.model import Snapshot
@@ -29,6 +33,9 @@ RUN_SECONDS = 300.0
 SAMPLE_SECONDS = 3.0
 DEVICES = 2  # four jobs at once on a small host
 TRIGGERED = ("step_time", "memory")
+TRIGGERED_CAPTURES = re.compile(
+    r'^xmon_job_captures_total\{[^}]*trigger="(step_time|memory)"', re.MULTILINE
+)
 
 
 @dataclass
@@ -63,6 +70,7 @@ class Watch:
         return sum(last - first for first, last, _ in self.seen.values()) / 60
 
 
+@pytest.mark.slow(330)
 def test_healthy_jobs_raise_nothing_for_five_minutes(tmp_path: Path) -> None:
     daemon_a = start_daemon(tmp_path / "a")
     daemon_b = start_daemon(tmp_path / "b")
@@ -116,5 +124,36 @@ def test_healthy_jobs_raise_nothing_for_five_minutes(tmp_path: Path) -> None:
           f"captures over {minutes:.1f} job-minutes ({watch.samples} snapshots)")  # fmt: skip
     assert watch.serious == [], watch.serious
     assert watch.captures == set(), watch.captures
-    triggered = re.compile(r'^xmon_job_captures_total\{[^}]*trigger="(step_time|memory)"', re.M)
-    assert not triggered.search(metrics), triggered.findall(metrics)
+    assert not TRIGGERED_CAPTURES.search(metrics), TRIGGERED_CAPTURES.findall(metrics)
+
+
+@pytest.mark.slow(330)
+def test_the_pathologies_healthy_twins_raise_nothing_for_five_minutes(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path / "daemon")
+    procs = [
+        start_job(tmp_path, daemon.socket_path, script, name, devices=DEVICES,
+                  JOB_STOP=str(tmp_path / f"{name}.stop"), JOB_SECONDS=str(RUN_SECONDS))
+        for name, script in TWINS.items()
+    ]  # fmt: skip
+    watch = Watch()
+    started = time.monotonic()
+    try:
+        while (now := time.monotonic() - started) < RUN_SECONDS:
+            for proc in procs:
+                assert proc.alive(), proc.log()
+            watch.read(daemon, now)
+            time.sleep(SAMPLE_SECONDS)
+        metrics = daemon.scrape()
+    finally:
+        for proc in procs:
+            proc.stop()
+        daemon.stop()
+    for proc in procs:
+        assert "Traceback" not in proc.log(), proc.log()
+    stepped = {name: steps for (name, _), (_, _, steps) in watch.seen.items()}
+    assert set(stepped) == set(TWINS) and min(stepped.values()) >= 100, stepped
+    print(f"healthy twins: {len(watch.serious)} findings, {len(watch.captures)} triggered "
+          f"captures over {watch.job_minutes():.1f} job-minutes, steps {stepped}")  # fmt: skip
+    assert watch.serious == [], watch.serious
+    assert watch.captures == set(), watch.captures
+    assert not TRIGGERED_CAPTURES.search(metrics), TRIGGERED_CAPTURES.findall(metrics)
