@@ -27,7 +27,7 @@ from support.procs import base_env, start_daemon
 POLL_SECONDS = 0.005
 
 
-def one_run(server: Path, socket_path: Path, timeout: float = 30.0) -> tuple[float, float]:
+def one_run(server: Path, socket_path: Path, timeout: float = 60.0) -> tuple[float, float]:
     """(seconds to the first frame, seconds to the first snapshot drawn) of one start."""
     command = shlex.join([sys.executable, "-m", "xmon", "top", "--socket", str(socket_path)])
     env = dict(base_env(), TERM="xterm-256color")

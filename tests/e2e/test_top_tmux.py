@@ -43,8 +43,14 @@ def test_top_in_tmux_against_the_demo_job_and_a_daemon_that_restarts(tmp_path: P
         daemon.stop()
         wait_for(lambda: shows(tmux, "daemon not reachable at"), 60, "the lost state")
         daemon = start_daemon(tmp_path / "daemon")  # a new daemon on the same socket
-        wait_for(lambda: shows(tmux, "connected to", rf"\b{job.popen.pid}\s+demo\b"), 120,
-                 "top and the job's agent to reconnect")  # fmt: skip
+        try:
+            wait_for(lambda: shows(tmux, "● connected", rf"\b{job.popen.pid}\s+demo\b"), 120,
+                     "top and the job's agent to reconnect")  # fmt: skip
+        except AssertionError as missed:
+            raise AssertionError(
+                f"{missed}\nscreen:\n{tmux.screen()}\njob:\n"
+                f"{job.log()[-3000:]}\ndaemon:\n{daemon.log()[-3000:]}"
+            ) from None
         tmux.keys("q")
         final = wait_for(lambda: shows(tmux, r"xmon-top-exit=\d+"), 30, "xmon top to exit")
         assert "xmon-top-exit=0" in final and "Traceback" not in final, final

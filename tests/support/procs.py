@@ -46,8 +46,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# A terminal view sizes itself by these where they are set, over its terminal's real size:
+# pytest-xdist's workers set them (80 x 24), and a view in a wider tmux pane drew 80 columns.
+TERMINAL_SIZE = ("COLUMNS", "LINES")
+
+
 def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XMON_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("XMON_") and k not in TERMINAL_SIZE
+    }
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["XMON_QUIET"] = "0"
     env.update(extra)
