@@ -10,6 +10,7 @@ import shutil  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
+from collections import defaultdict  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -81,6 +82,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = path.relative_to(TESTS).parts[0] if TESTS in path.parents else ""
         if tier in ("e2e", "integration"):
             item.add_marker(tier)
+    _longest_first(items)
+
+
+def _group(item: pytest.Item) -> str:
+    """What runs together on one worker of a parallel run: a module whose tests share a
+    module-scoped fixture (a fleet, a set of pathology jobs) names an ``xdist_group``."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is None:
+        return item.nodeid
+    return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """The longest groups first, by their tests' ``slow(seconds)``: a parallel run
+    (``--dist loadgroup --no-loadscope-reorder``) hands work out in this order, so the
+    five-minute runs start at once beside the rest instead of last on a worker of their own.
+    The sort is stable: the rest keep pytest's order, and the same on every worker."""
+    seconds: dict[str, float] = defaultdict(float)
+    for item in items:
+        slow = item.get_closest_marker("slow")
+        seconds[_group(item)] += float(slow.args[0]) if slow else 0.0
+    items.sort(key=lambda item: -seconds[_group(item)])
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,9 @@ from xmon.model import Finding, Job
 
 from support.procs import REPO, base_env, wait_for
 
-pytestmark = pytest.mark.e2e
+# The module's jobs share one daemon; host_bound's verdict (a warning, or info on a host whose
+# other processes hold the cores) judges the host's CPUs, so they run alone.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("diagnosis"), pytest.mark.alone]
 
 JOBS = {
     "storm": scripts.GROWING_SHAPE,

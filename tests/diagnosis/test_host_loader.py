@@ -16,7 +16,9 @@ from xmon.model import Finding
 
 from support.procs import wait_for
 
-pytestmark = pytest.mark.e2e
+# The module's jobs share one daemon; host_bound's verdict (a warning, or info on a host whose
+# other processes hold the cores) judges the host's CPUs, so they run alone.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("host-loader"), pytest.mark.alone]
 
 FINDING_SECONDS = 90
 

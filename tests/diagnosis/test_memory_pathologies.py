@@ -22,7 +22,7 @@ from xmon.views.client import DaemonClient
 
 from support.procs import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("memory-pathologies")]  # the module's jobs
 
 FINDING_SECONDS = 60  # from the start of all jobs, jax start-up included
 MIB = 1 << 20

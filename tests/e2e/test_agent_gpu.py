@@ -16,7 +16,7 @@ import pytest
 
 from support.procs import REPO, base_env
 
-pytestmark = [pytest.mark.gpu, pytest.mark.e2e]  # a JAX job in its own process
+pytestmark = [pytest.mark.gpu, pytest.mark.e2e, pytest.mark.xdist_group("agent-gpu")]  # one job
 
 SCRIPT = r"""
 import json, jax, jax.numpy as jnp, xmon

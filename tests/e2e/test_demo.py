@@ -13,6 +13,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from support.procs import REPO, base_env, free_port, spawn, wait_for
 
 
@@ -45,6 +47,7 @@ AS_IN_A_TERMINAL = (
 )
 
 
+@pytest.mark.slow(40)
 def test_demo_shows_live_metrics_and_another_shell_finds_it(tmp_path: Path) -> None:
     env = shell_env(tmp_path)
     port = free_port()

@@ -14,6 +14,8 @@ import pytest
 from support.procs import Daemon, Proc, start_job, wait_for
 from support.profiling_procs import profiling_daemon, xmon_cli
 
+pytestmark = pytest.mark.xdist_group("paced-job")  # its tests share the module's job
+
 FAST, SLOW = 20.0, 5.0  # calls per second of jit_fast and jit_slow
 TRACE_SECONDS = 2.0
 

@@ -107,6 +107,7 @@ def test_no_accelerator(tmp_path: Path) -> None:
     assert result.stderr.startswith("no TPU/GPU found;")
 
 
+@pytest.mark.xdist_group("libtpu-default-address")  # tests/e2e/test_tpu_interop.py serves it
 def test_chips_but_no_job_serving_metrics(tmp_path: Path) -> None:
     result = ls("--json", env=fixture_env(tmp_path, V5E))  # libtpu's default: localhost:8431
     assert result.returncode == 0

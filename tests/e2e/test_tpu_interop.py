@@ -25,6 +25,8 @@ from support.procs import REPO, base_env
 
 ROOT = FIXTURES / "v5e-4"
 ADDRESS = "localhost:8431"
+# The fake serves libtpu's default address, which `xmon ls` without a job must find unserved.
+pytestmark = pytest.mark.xdist_group("libtpu-default-address")
 GIB = 2**30
 WRAPPER = """
 import glob, os, sys

@@ -12,7 +12,7 @@ import pytest
 
 from support.procs import Proc, start_daemon, start_job, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("agent-faults")]  # the module's jobs
 
 # A deterministic job: its printed checksum must not depend on xmon at all.
 JOB = r"""

@@ -152,7 +152,8 @@ def test_a_job_tracing_itself_has_its_ledger_numbers_absent_and_told_why(
     def told(job: Job) -> bool:
         return any(f.kind == "ledger_kept_busy" for f in job.findings)
 
-    job, truth = run_case(tmp_path, daemon, "traced", samples=0, until=told)
+    # three samples skipped, at one try every 2 s, once the job has started: slower on a busy host
+    job, truth = run_case(tmp_path, daemon, "traced", samples=0, until=told, timeout=180)
     steps, util = job.steps, job.utilization
     assert job.ledger.samples == 0 and job.agent.ledger_samples_busy_total >= 3
     assert steps.flops_per_step is None and util.achieved_flops_per_second is None
@@ -164,7 +165,10 @@ def test_a_job_tracing_itself_has_its_ledger_numbers_absent_and_told_why(
     assert list((tmp_path / "traced.trace").rglob("*.xplane.pb")), "the job's trace was written"
 
 
-@pytest.mark.parametrize("case", ["slow_0.3", "slow_2", "slow_10"])
+@pytest.mark.parametrize(
+    "case", ["slow_0.3", pytest.param("slow_2", marks=pytest.mark.slow(45)),
+             pytest.param("slow_10", marks=pytest.mark.slow(90))]
+)  # fmt: skip
 def test_steps_longer_than_a_sample_are_held_whole(
     tmp_path: Path, daemon: Daemon, case: str
 ) -> None:
@@ -223,7 +227,11 @@ def test_samples_too_large_to_read_are_shortened_until_they_are_read(
     env = {"XMON_LEDGER_INTERVAL": "4", "XMON_LEDGER_DURATION": "2"}
     job, truth = run_case(tmp_path, daemon, "many_ops", timeout=150, samples=2, ledger_env=env)
     most = job.ledger.sample_seconds_most
-    assert most is not None and most <= 1.0 and job.ledger.samples_dropped_total >= 1
+    # half the refused sample's length, which counts the session's start (tenths of a second
+    # on a loaded host)
+    refused_length = float(env["XMON_LEDGER_DURATION"]) + 0.5
+    assert most is not None and most <= 0.5 * refused_length, most
+    assert job.ledger.samples_dropped_total >= 1
     refused = re.search(
         r'xmon_daemon_refused_total\{bound="xspace_events"\} (\S+)', daemon.scrape()
     )
@@ -241,6 +249,7 @@ def test_samples_too_large_to_read_are_shortened_until_they_are_read(
     assert "samples_too_large" not in {f.kind for f in job.findings}  # read now
 
 
+@pytest.mark.slow(40)
 def test_a_job_compiling_a_new_program_every_step_has_its_flops_per_step(
     tmp_path: Path, daemon: Daemon
 ) -> None:
@@ -251,6 +260,12 @@ def test_a_job_compiling_a_new_program_every_step_has_its_flops_per_step(
 
 
 UNMARKED = ["unmarked", "slow_0.3_unmarked", "slow_2_unmarked", "slow_10_unmarked"]
+# Short steps' sampled rates are slowed by the profiler more on a busy host: judged alone.
+# Long steps are inferred slowly, and their rates hardly slowed: run beside the rest.
+UNMARKED_MARKS = {
+    "unmarked": pytest.mark.alone, "slow_0.3_unmarked": pytest.mark.alone,
+    "slow_2_unmarked": pytest.mark.slow(50), "slow_10_unmarked": pytest.mark.slow(150),
+}  # fmt: skip
 
 
 def unmarked_timeout(case: str) -> float:
@@ -263,7 +278,9 @@ def run_unmarked(tmp_path: Path, daemon: Daemon, case: str) -> tuple[Job, dict[s
     return run_case(tmp_path, daemon, case, timeout=unmarked_timeout(case), inferred=True)
 
 
-@pytest.mark.parametrize("case", UNMARKED)
+@pytest.mark.parametrize(
+    "case", [pytest.param(case, marks=UNMARKED_MARKS[case]) for case in UNMARKED]
+)
 def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case: str) -> None:
     job, truth = run_unmarked(tmp_path, daemon, case)
     steps = job.steps
