@@ -142,6 +142,7 @@ def test_a_branch_the_data_picks_is_counted_as_a_bound_that_holds(
     assert achieved is not None and achieved >= truth["flops_per_step"] * rate * 0.98
 
 
+@pytest.mark.alone  # its samples are tried on the ledger's duty, which a busy host delays
 def test_a_job_tracing_itself_has_its_ledger_numbers_absent_and_told_why(
     tmp_path: Path, daemon: Daemon
 ) -> None:
@@ -239,8 +240,9 @@ def test_samples_too_large_to_read_are_shortened_until_they_are_read(
     # The samples read are shorter than configured, as asked: a marked one also holds a whole
     # step (~30 ms), and its length counts the session's start (up to tenths of a second on a
     # loaded host)
+    # (a sample read before the last refusal was asked to be twice as long as the last ask)
     mean_sample = job.ledger.sampled_seconds / job.ledger.samples
-    assert mean_sample < float(env["XMON_LEDGER_DURATION"]) and mean_sample <= most + 0.5
+    assert mean_sample < float(env["XMON_LEDGER_DURATION"]) and mean_sample <= 2 * most + 0.5
     ran = [p.executions_per_step for p in job.programs if p.executions_per_step]
     assert ran == [pytest.approx(truth["calls_per_step"], rel=0.02)], [
         (p.name, p.executions_per_step, p.executions) for p in job.programs
@@ -295,6 +297,7 @@ def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case
                  truth["flops_per_step"] * overall, 0.10)  # fmt: skip
 
 
+@pytest.mark.alone  # the job times its own calls: on a busy host they wait for a core too
 def test_device_busy_ratio_shows_a_host_bound_job(tmp_path: Path, daemon: Daemon) -> None:
     job, truth = run_case(tmp_path, daemon, "host_bound")
     own = truth["device_seconds"] / truth["wall_seconds"]

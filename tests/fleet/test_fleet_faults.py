@@ -30,6 +30,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(prometheus_binary() is None, reason="prometheus not installed"),
     pytest.mark.xdist_group("fleet-faults"),  # one job for the module's tests
+    pytest.mark.alone,  # it judges each process's host seconds per step, which others' load moves
 ]
 
 
