@@ -256,7 +256,7 @@ def test_padded_recompile_strings_are_cut_within_a_memory_limit(tmp_path: Path) 
     """24 jobs whose reports pad every string the daemon keeps of a recompile (15 MiB over
     them, sent in parts as an agent sends a large report), the daemon in a 1 GiB cgroup:
     before, each job kept its 15 MiB and views printed them; now each string is cut to the
-    length an agent sends (xmon.daemon.report_strings) and a snapshot stays small."""
+    length an agent sends (xmon.daemon.intake.report_strings) and a snapshot stays small."""
     daemon = config_daemon(tmp_path)
     cap = MemoryCap.create(daemon.popen.pid, 1 << 30)
     if cap is None:

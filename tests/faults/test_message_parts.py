@@ -1,6 +1,6 @@
-"""Messages larger than the daemon's receive limit, sent in parts (xmon.wire.protocol.in_parts) and
-joined by the daemon (xmon.daemon.parts): whole again, bounded per stream and over all streams,
-and a real daemon takes a large execution sample in parts while refusing one sent whole."""
+"""Messages larger than the daemon's receive limit, sent in parts (xmon.wire.protocol.in_parts)
+and joined by the daemon (xmon.daemon.intake.parts): whole again, bounded per stream and over all
+streams, and a real daemon takes a large execution sample in parts while refusing one sent whole."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from xmon.agent.transport import Outgoing, Transport
 from xmon.daemon.bounds import StateBudget
-from xmon.daemon.parts import (
+from xmon.daemon.intake.parts import (
     MAX_REFUSED_IN_A_ROW,
     STALE_SECONDS,
     JoiningPool,

@@ -66,7 +66,7 @@ def test_hostile_numbers_count_nothing() -> None:
 
 
 def test_the_intake_drops_non_finite_seconds_from_the_account() -> None:
-    from xmon.daemon.sanitize import scrub
+    from xmon.daemon.intake.sanitize import scrub
     from xmon.wire.proto import xmon_pb2
 
     account = xmon_pb2.GoodputAccount(process_started_at=1.0, as_of=math.inf)

@@ -17,9 +17,9 @@ import pytest
 
 from xmon.agent.proof import show_token
 from xmon.daemon import peers
-from xmon.daemon.hello import PidClaims
 from xmon.daemon.hub import Hub
-from xmon.daemon.ingest import IngestService
+from xmon.daemon.intake.hello import PidClaims
+from xmon.daemon.intake.ingest import IngestService
 from xmon.daemon.peers import PidVerifier, Verdict
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 

@@ -17,8 +17,8 @@ from google.protobuf import struct_pb2
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.agent.transport import Transport
+from xmon.daemon.intake.sanitize import scrub
 from xmon.daemon.jobs import MAX_LABEL_CHARS, clean_label
-from xmon.daemon.sanitize import scrub
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 

@@ -44,7 +44,7 @@ class DaemonConfig:
     hello_timeout_seconds: float = 5.0  # a stream that sends no hello this long is closed
     subscriber_stall_seconds: float = 10.0  # a view that takes no snapshot this long is cut off
     metrics_max_connections: int = 512  # open /metrics connections
-    # Check the pid each agent claims (xmon.daemon.hello): "require", "prefer" or "off"
+    # Check the pid each agent claims (xmon.daemon.intake.hello): "require", "prefer" or "off"
     verify_pids: str = "prefer"
     # Goodput below this share of the wall time is a finding (low_goodput) and, through
     # xmon_daemon_goodput_floor_ratio, the alert XmonJobLowGoodput

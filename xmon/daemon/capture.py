@@ -36,7 +36,7 @@ from xmon.daemon.capture_targets import (
     find_job,
 )
 from xmon.daemon.executions import ExecutionTracker
-from xmon.daemon.links import AgentGone, LinkBusy
+from xmon.daemon.intake.links import AgentGone, LinkBusy
 from xmon.exporters import tb_logdir
 from xmon.model import CaptureCount, Job
 from xmon.wire.proto import xmon_pb2

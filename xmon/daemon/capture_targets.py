@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 
+from xmon.daemon.intake.links import AgentLink
 from xmon.daemon.jobs import JobState, clean_label
-from xmon.daemon.links import AgentLink
 
 Code = grpc.StatusCode
 

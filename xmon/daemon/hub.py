@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from xmon.daemon.bounds import StateBudget
-from xmon.daemon.hello import Arrivals, PidClaims
+from xmon.daemon.intake.hello import Arrivals, PidClaims
+from xmon.daemon.intake.links import AgentLink
+from xmon.daemon.intake.parts import JoiningPool
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
-from xmon.daemon.links import AgentLink
-from xmon.daemon.parts import JoiningPool
 from xmon.goodput.restarts import RestartMemory
 from xmon.model import Job, Snapshot
 from xmon.wire.proto import xmon_pb2

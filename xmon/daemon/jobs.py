@@ -17,8 +17,8 @@ from google.protobuf.message import Message
 
 from xmon.analysis import derived
 from xmon.daemon.bounds import DEVICE_BYTES, JOB_BASE_BYTES, PROGRAM_BYTES, StateBudget
-from xmon.daemon.report_strings import cut_report_strings
-from xmon.daemon.sanitize import scrub
+from xmon.daemon.intake.report_strings import cut_report_strings
+from xmon.daemon.intake.sanitize import scrub
 from xmon.execution.ledger import JobLedger
 from xmon.goodput.account import BUCKETS as ACCOUNT_BUCKETS
 from xmon.goodput.split import GoodputSplit

@@ -29,7 +29,7 @@ import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 
-from xmon.daemon.sanitize import WALL_TIME_MAX
+from xmon.daemon.intake.sanitize import WALL_TIME_MAX
 from xmon.execution.ledger import JobLedger
 from xmon.execution.samples import (
     SampleRefused,

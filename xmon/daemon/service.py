@@ -32,9 +32,8 @@ from xmon.daemon.bounds import (
     inflight_streams,
     raise_descriptor_limit,
 )
-from xmon.daemon.control import ControlService
 from xmon.daemon.hub import Hub
-from xmon.daemon.ingest import IngestService
+from xmon.daemon.intake.services import add_services
 from xmon.daemon.job_builder import JobBuilder, agent_evidence
 from xmon.daemon.jobs import JobState
 from xmon.daemon.oom import OomSink
@@ -49,7 +48,6 @@ from xmon.findings.oom import OomEvent
 from xmon.findings.tracker import FindingsTracker, worst_first
 from xmon.model import DaemonStats, SliceInfo, Snapshot
 from xmon.wire import paths
-from xmon.wire.proto import xmon_pb2_grpc
 from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
 log = logging.getLogger("xmon.daemon")
@@ -256,9 +254,7 @@ class Daemon:
                 *_connection_options(self.hub.max_connections),
             ],
         )
-        xmon_pb2_grpc.add_IngestServicer_to_server(IngestService(self.hub), server)
-        control = ControlService(self.hub, self.profiling.profiler)
-        xmon_pb2_grpc.add_ControlServicer_to_server(control, server)
+        add_services(server, self.hub, self.profiling.profiler)
         private = self._socket.private_path()
         try:
             if server.add_insecure_port(f"unix://{private.absolute()}") == 0:

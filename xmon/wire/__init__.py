@@ -10,5 +10,5 @@
 * ``paths``: where the daemon listens and writes, and which owners of its socket are trusted.
 
 Nothing here imports jax, a gRPC server or the daemon: the daemon reads agents' messages at its
-intake (``xmon.daemon.ingest``), the views read snapshots (``xmon.views.client``).
+intake (``xmon.daemon.intake.ingest``), the views read snapshots (``xmon.views.client``).
 """

@@ -25,8 +25,8 @@ from xmon.daemon.capture_targets import (
     find_job,
     human_bytes,
 )
+from xmon.daemon.intake.links import AgentGone, AgentLink
 from xmon.daemon.jobs import JobState
-from xmon.daemon.links import AgentGone, AgentLink
 from xmon.wire.proto import xmon_pb2
 
 # --- daemon: command channel ----------------------------------------------------------------

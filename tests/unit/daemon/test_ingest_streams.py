@@ -1,4 +1,5 @@
-"""The agent stream's writer (xmon.daemon.ingest): what it leaves behind when gRPC ends it."""
+"""The agent stream's writer (xmon.daemon.intake.ingest): what it leaves behind when gRPC ends
+it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from xmon.daemon.ingest import _ask_sample_length, _write_commands
-from xmon.daemon.links import AgentLink
+from xmon.daemon.intake.ingest import _ask_sample_length, _write_commands
+from xmon.daemon.intake.links import AgentLink
 from xmon.execution.ledger import JobLedger
 from xmon.wire.proto import xmon_pb2
 

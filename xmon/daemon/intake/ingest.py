@@ -17,14 +17,14 @@ import grpc
 
 from xmon import __version__
 from xmon.daemon.bounds import StateBudget
-from xmon.daemon.hello import hello_refusal
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
+from xmon.daemon.intake.hello import hello_refusal
+from xmon.daemon.intake.links import AgentLink
+from xmon.daemon.intake.parts import PartJoiner
+from xmon.daemon.intake.sanitize import scrub
 from xmon.daemon.jobs import JobState, clean_label
-from xmon.daemon.links import AgentLink
-from xmon.daemon.parts import PartJoiner
 from xmon.daemon.peers import PidCheck, Verdict, watch_exit
 from xmon.daemon.proof import PROOF_SECONDS, new_token, shows_token
-from xmon.daemon.sanitize import scrub
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.wire.protocol import PART_BYTES
 
