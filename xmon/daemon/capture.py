@@ -36,10 +36,18 @@ from xmon.daemon.capture_targets import (
     find_job,
 )
 from xmon.daemon.executions import ExecutionTracker
-from xmon.daemon.intake.links import AgentGone, LinkBusy
+from xmon.daemon.hlo_requests import find_program
+from xmon.daemon.intake.links import (
+    AgentGone,
+    Answer,
+    Command,
+    GetHlo,
+    LinkBusy,
+    SaveMemoryProfile,
+    StartTrace,
+)
 from xmon.exporters import tb_logdir
 from xmon.model import CaptureCount, Job
-from xmon.wire.proto import xmon_pb2
 
 if TYPE_CHECKING:
     from xmon.daemon.hub import Hub
@@ -75,6 +83,15 @@ class CaptureOutcome:
     paths: tuple[str, ...]
     message: str
     seconds: float
+
+
+@dataclass(frozen=True)
+class HloOutcome:
+    job_name: str
+    pid: int
+    fingerprint: str
+    program_name: str
+    hlo_gzip: bytes
 
 
 @dataclass
@@ -154,18 +171,16 @@ class Profiler:
                 f"duration must be between {low:g} s and {high:g} s, got {seconds:g} s",
             )
 
-    def _command(self, spec: CaptureSpec, target: Target, run: Path) -> xmon_pb2.DaemonCommand:
+    def _command(self, spec: CaptureSpec, target: Target, run: Path) -> Command:
         note = json.dumps(self._annotation(spec, target), indent=1)
         if spec.memory:
             path = tb_logdir.memory_profile_path(run, self._wall(), target.state.hello.hostname)
-            request = xmon_pb2.SaveMemoryProfile(path=str(path), annotation_json=note)
-            return xmon_pb2.DaemonCommand(save_memory_profile=request)
-        trace = xmon_pb2.StartTrace(
+            return SaveMemoryProfile(path=str(path), annotation_json=note)
+        return StartTrace(
             duration_ms=max(1, round(spec.duration_seconds * 1000)),
             log_dir=str(run),
             annotation_json=note,
         )
-        return xmon_pb2.DaemonCommand(start_trace=trace)
 
     def _annotation(self, spec: CaptureSpec, target: Target) -> dict[str, object]:
         now = self._wall()
@@ -181,9 +196,7 @@ class Profiler:
             "xmon_version": __version__,
         }
 
-    async def _ask(
-        self, target: Target, command: xmon_pb2.DaemonCommand, spec: CaptureSpec
-    ) -> xmon_pb2.CommandResult:
+    async def _ask(self, target: Target, command: Command, spec: CaptureSpec) -> Answer:
         timeout = (0 if spec.memory else spec.duration_seconds) + ANSWER_GRACE_SECONDS
         result = await self._send(target, command, timeout)
         if not result.ok:
@@ -192,17 +205,15 @@ class Profiler:
             raise CaptureError(Code.INTERNAL, f"{target.describe()} wrote no file")
         return result
 
-    async def _send(
-        self, target: Target, command: xmon_pb2.DaemonCommand, timeout: float
-    ) -> xmon_pb2.CommandResult:
+    async def _send(self, target: Target, command: Command, timeout: float) -> Answer:
         try:
-            future = target.link.send(command)
+            command_id, future = target.link.send(command)
         except (AgentGone, LinkBusy) as exc:
             raise CaptureError(Code.UNAVAILABLE, f"{target.describe()}: {exc}") from None
         try:
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            target.link.forget(command.command_id)
+            target.link.forget(command_id)
             raise CaptureError(
                 Code.DEADLINE_EXCEEDED, f"{target.describe()} did not answer within {timeout:g} s"
             ) from None
@@ -270,41 +281,14 @@ class Profiler:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    # -- RPC adapters --------------------------------------------------------------------------
-    async def handle_capture(self, request: xmon_pb2.CaptureRequest) -> xmon_pb2.CaptureReply:
-        spec = CaptureSpec(
-            job_name=request.job_name or None,
-            pid=request.pid or None,
-            duration_seconds=request.duration_ms / 1000.0,
-            log_dir=request.log_dir,
-            memory=request.memory_profile,
-        )
-        outcome = await self.capture(spec)
-        return xmon_pb2.CaptureReply(
-            job_name=outcome.job_name,
-            pid=outcome.pid,
-            kind=outcome.kind,
-            log_dir=str(outcome.log_dir),
-            run_dir=str(outcome.run_dir),
-            paths=list(outcome.paths),
-            message=outcome.message,
-            seconds=outcome.seconds,
-        )
-
-    async def handle_get_hlo(self, request: xmon_pb2.GetHloRequest) -> xmon_pb2.GetHloReply:
-        from xmon.daemon.hlo_requests import find_program
-
-        target, program = find_program(
-            self._targets(), request.job_name or None, request.pid or None, request.fingerprint
-        )
-        command = xmon_pb2.DaemonCommand(get_hlo=xmon_pb2.GetHlo(fingerprint=program.fingerprint))
-        result = await self._send(target, command, HLO_TIMEOUT_SECONDS)
+    # -- a program's HLO ---------------------------------------------------------------------
+    async def get_hlo(self, job_name: str | None, pid: int | None, fingerprint: str) -> HloOutcome:
+        """The optimized HLO text (gzip) of the program ``fingerprint`` (or a unique prefix of
+        it) names, asked of the job that has it."""
+        target, program = find_program(self._targets(), job_name, pid, fingerprint)
+        result = await self._send(target, GetHlo(program.fingerprint), HLO_TIMEOUT_SECONDS)
         if not result.ok:
             raise agent_error(target, result.error_code, result.message)
-        return xmon_pb2.GetHloReply(
-            job_name=target.job_name,
-            pid=target.pid,
-            fingerprint=program.fingerprint,
-            program_name=program.name,
-            hlo_gzip=result.hlo_gzip,
+        return HloOutcome(
+            target.job_name, target.pid, program.fingerprint, program.name, result.hlo_gzip
         )

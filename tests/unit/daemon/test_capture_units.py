@@ -25,7 +25,15 @@ from xmon.daemon.capture_targets import (
     find_job,
     human_bytes,
 )
-from xmon.daemon.intake.links import AgentGone, AgentLink
+from xmon.daemon.intake.links import (
+    AgentGone,
+    AgentLink,
+    Answer,
+    GetHlo,
+    SampleLength,
+    SaveMemoryProfile,
+    StartTrace,
+)
 from xmon.daemon.jobs import JobState
 from xmon.wire.proto import xmon_pb2
 
@@ -35,21 +43,41 @@ from xmon.wire.proto import xmon_pb2
 def test_link_resolves_results_by_command_id_and_fails_waiters_on_close() -> None:
     async def scenario() -> None:
         link = AgentLink()
-        first = link.send(xmon_pb2.DaemonCommand(get_hlo=xmon_pb2.GetHlo(fingerprint="a")))
-        second = link.send(xmon_pb2.DaemonCommand(get_hlo=xmon_pb2.GetHlo(fingerprint="b")))
+        _, first = link.send(GetHlo("a"))
+        second_id, second = link.send(GetHlo("b"))
         sent = [link.outbox.get_nowait().command for _ in range(2)]
-        assert [c.command_id for c in sent] == [1, 2]
-        assert link.resolve(xmon_pb2.CommandResult(command_id=2, ok=True))
-        assert (await second).ok and not first.done()
+        assert [c.command_id for c in sent] == [1, 2] and second_id == 2
+        assert [c.get_hlo.fingerprint for c in sent] == ["a", "b"]
+        assert link.resolve(xmon_pb2.CommandResult(command_id=2, ok=True, paths=["p"]))
+        assert await second == Answer(ok=True, paths=("p",)) and not first.done()
         assert not link.resolve(xmon_pb2.CommandResult(command_id=2)), "answered twice"
         assert not link.resolve(xmon_pb2.CommandResult(command_id=99)), "unknown id"
         link.close("the job's agent disconnected")
         with pytest.raises(AgentGone, match="disconnected"):
             await first
         with pytest.raises(AgentGone):
-            link.send(xmon_pb2.DaemonCommand())
+            link.send(GetHlo("c"))
 
     asyncio.run(scenario())
+
+
+def test_commands_go_on_the_wire_as_daemon_commands() -> None:
+    async def scenario() -> list[xmon_pb2.DaemonCommand]:
+        link = AgentLink()
+        link.send(StartTrace(duration_ms=2000, log_dir="/tb/run", annotation_json="{}"))
+        link.send(SaveMemoryProfile(path="/tb/run/memory/a.prof", annotation_json="{}"))
+        assert link.tell(SampleLength(seconds=3.0, max_seconds=0.5))
+        return [link.outbox.get_nowait().command for _ in range(3)]
+
+    trace, memory, length = asyncio.run(scenario())
+    assert trace == xmon_pb2.DaemonCommand(
+        command_id=1,
+        start_trace=xmon_pb2.StartTrace(duration_ms=2000, log_dir="/tb/run", annotation_json="{}"),
+    )
+    assert memory.command_id == 2 and memory.save_memory_profile.path == "/tb/run/memory/a.prof"
+    assert length == xmon_pb2.DaemonCommand(
+        sample_length=xmon_pb2.SampleLength(seconds=3.0, max_seconds=0.5)
+    )  # a setting: no result is awaited
 
 
 # --- daemon: which job ----------------------------------------------------------------------

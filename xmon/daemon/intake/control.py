@@ -10,7 +10,7 @@ import logging
 import grpc
 
 from xmon import __version__
-from xmon.daemon.capture import CaptureError, Profiler
+from xmon.daemon.capture import CaptureError, CaptureSpec, Profiler
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Frame, Hub, refuse_connection
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
@@ -105,21 +105,47 @@ class ControlService(xmon_pb2_grpc.ControlServicer):
         self, request: xmon_pb2.CaptureRequest, context: grpc.aio.ServicerContext
     ) -> xmon_pb2.CaptureReply:
         profiler = await self._require_profiler(request.protocol_version, context)
+        spec = CaptureSpec(
+            job_name=request.job_name or None,
+            pid=request.pid or None,
+            duration_seconds=request.duration_ms / 1000.0,
+            log_dir=request.log_dir,
+            memory=request.memory_profile,
+        )
         try:
-            return await profiler.handle_capture(request)
+            outcome = await profiler.capture(spec)
         except CaptureError as exc:
             await context.abort(exc.code, exc.message)
             raise  # not reached: abort raises
+        return xmon_pb2.CaptureReply(
+            job_name=outcome.job_name,
+            pid=outcome.pid,
+            kind=outcome.kind,
+            log_dir=str(outcome.log_dir),
+            run_dir=str(outcome.run_dir),
+            paths=list(outcome.paths),
+            message=outcome.message,
+            seconds=outcome.seconds,
+        )
 
     async def GetHlo(  # noqa: N802
         self, request: xmon_pb2.GetHloRequest, context: grpc.aio.ServicerContext
     ) -> xmon_pb2.GetHloReply:
         profiler = await self._require_profiler(request.protocol_version, context)
         try:
-            return await profiler.handle_get_hlo(request)
+            outcome = await profiler.get_hlo(
+                request.job_name or None, request.pid or None, request.fingerprint
+            )
         except CaptureError as exc:
             await context.abort(exc.code, exc.message)
             raise
+        return xmon_pb2.GetHloReply(
+            job_name=outcome.job_name,
+            pid=outcome.pid,
+            fingerprint=outcome.fingerprint,
+            program_name=outcome.program_name,
+            hlo_gzip=outcome.hlo_gzip,
+        )
 
     async def _require_profiler(self, version: int, context: grpc.aio.ServicerContext) -> Profiler:
         if version not in SUPPORTED_PROTOCOLS:

@@ -19,7 +19,7 @@ from xmon import __version__
 from xmon.daemon.bounds import StateBudget
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
 from xmon.daemon.intake.hello import hello_refusal
-from xmon.daemon.intake.links import AgentLink
+from xmon.daemon.intake.links import AgentLink, SampleLength
 from xmon.daemon.intake.parts import PartJoiner
 from xmon.daemon.intake.sanitize import scrub
 from xmon.daemon.jobs import JobState, clean_label
@@ -270,8 +270,7 @@ def _ask_sample_length(state: JobState, link: AgentLink) -> None:
     wanted, most = ledger.sample_seconds_wanted, ledger.sample_seconds_most
     if (wanted is None and most is None) or (wanted, most) == state.sample_seconds_told:
         return
-    length = xmon_pb2.SampleLength(seconds=wanted or 0.0, max_seconds=most or 0.0)
-    if link.tell(xmon_pb2.DaemonCommand(sample_length=length)):
+    if link.tell(SampleLength(seconds=wanted or 0.0, max_seconds=most or 0.0)):
         state.sample_seconds_told = (wanted, most)
 
 
