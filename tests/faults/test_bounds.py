@@ -22,6 +22,7 @@ from xmon.daemon.hub import fitting_snapshot
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution.ledger import JobLedger
+from xmon.execution.samples import ExecutionSample
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.views.client import decode
@@ -135,9 +136,7 @@ def test_a_snapshot_too_large_for_a_message_still_reaches_views() -> None:
 def test_execution_samples_in_flight_are_bounded_over_all_jobs() -> None:
     async def flood() -> tuple[int, int]:
         reader = LedgerReader(max_inflight_bytes=64 << 20)
-        sample = xmon_pb2.ExecutionSample(
-            started_at=1.0, duration_seconds=0.2, xspace=b"\0" * (8 << 20)
-        )
+        sample = ExecutionSample(started_at=1.0, duration_seconds=0.2, xspace=b"\0" * (8 << 20))
         accepted = sum(reader.submit(JobLedger(), sample) for _ in range(40))
         peak = reader.inflight_bytes
         await reader.drain()

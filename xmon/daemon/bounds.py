@@ -23,6 +23,9 @@ JOB_BASE_BYTES = 16 * 1024  # the job's hello, windows of steps and compiles, le
 # Descriptors the daemon keeps for itself (files, the metrics server, collectors) when it
 # caps connections below RLIMIT_NOFILE.
 RESERVED_DESCRIPTORS = 128
+# The latest wall-clock time (seconds since the epoch, the year 2286) the daemon takes from a
+# job: formatting a later one (time.localtime) raises (xmon.daemon.intake.sanitize).
+WALL_TIME_MAX = 1e10
 # Calls kept for the control service's one-off requests (xmon ls, doctor, capture) when the
 # streams are capped below the calls gRPC takes at once: they are refused by gRPC uncounted.
 RESERVED_CALLS = 64

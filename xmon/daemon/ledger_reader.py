@@ -29,15 +29,15 @@ import time
 from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 
-from xmon.daemon.intake.sanitize import WALL_TIME_MAX
+from xmon.daemon.bounds import WALL_TIME_MAX
 from xmon.execution.ledger import JobLedger
 from xmon.execution.samples import (
+    ExecutionSample,
     SampleRefused,
     SampleUnreadable,
     parse_sample,
     step_begins_problem,
 )
-from xmon.wire.proto import xmon_pb2
 from xmon.wire.protocol import SAMPLE_TAKEN_MAX_SECONDS
 
 log = logging.getLogger("xmon.daemon")
@@ -65,13 +65,13 @@ class LedgerReader:
         self.inflight_bytes = 0  # of samples waiting or being read
         self.refused: Counter[str] = Counter() if refused is None else refused
         self._refusing: set[str] = set()  # bounds that refused a sample since the last read
-        self._waiting: deque[tuple[JobLedger, xmon_pb2.ExecutionSample, int]] = deque()
+        self._waiting: deque[tuple[JobLedger, ExecutionSample, int]] = deque()
         self._worker: asyncio.Task[None] | None = None
         # One thread: the parse is Python holding the GIL, so more threads would read no more
         # samples a second and take the GIL from the loop more often.
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="xmon-samples")
 
-    def submit(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample) -> bool:
+    def submit(self, ledger: JobLedger, sample: ExecutionSample) -> bool:
         """Queue the sample to be read into the ledger; False when it was dropped."""
         if ledger.reading:
             ledger.samples_dropped_total += 1
@@ -116,7 +116,7 @@ class LedgerReader:
             took = time.monotonic() - started
             await asyncio.sleep(took * (1 - READING_SHARE) / READING_SHARE)
 
-    async def _read(self, ledger: JobLedger, sample: xmon_pb2.ExecutionSample) -> None:
+    async def _read(self, ledger: JobLedger, sample: ExecutionSample) -> None:
         try:
             reading = await asyncio.get_running_loop().run_in_executor(
                 self._thread,
@@ -124,9 +124,9 @@ class LedgerReader:
                 sample.xspace,
                 sample.started_at,
                 sample.duration_seconds,
-                tuple(sample.step_begin_seconds),  # checked in submit
+                sample.step_begin_seconds,  # checked in submit
                 sample.steps_marked,
-                sample.anchor_seconds if sample.HasField("anchor_seconds") else None,
+                sample.anchor_seconds,
             )
         except SampleRefused as refusal:
             self._refuse(ledger, refusal)
@@ -150,7 +150,7 @@ class LedgerReader:
             await asyncio.gather(self._worker, return_exceptions=True)
 
 
-def implausible(sample: xmon_pb2.ExecutionSample) -> str | None:
+def implausible(sample: ExecutionSample) -> str | None:
     """Why a sample's numbers could not come from a real profiler session, if they could not."""
     started, duration = sample.started_at, sample.duration_seconds
     if not (math.isfinite(started) and 0 < started <= WALL_TIME_MAX):
@@ -159,8 +159,7 @@ def implausible(sample: xmon_pb2.ExecutionSample) -> str | None:
         return f"duration {duration!r} s"
     if not sample.xspace:
         return "no XSpace"
-    if sample.HasField("anchor_seconds") and not (
-        math.isfinite(sample.anchor_seconds) and 0 <= sample.anchor_seconds <= duration
-    ):
-        return f"anchor {sample.anchor_seconds!r} s"
+    anchor = sample.anchor_seconds
+    if anchor is not None and not (math.isfinite(anchor) and 0 <= anchor <= duration):
+        return f"anchor {anchor!r} s"
     return step_begins_problem(sample.step_begin_seconds, duration)

@@ -99,6 +99,22 @@ def is_collective(op_name: str) -> bool:
     return bool(_COLLECTIVE.match(op_name))
 
 
+@dataclass(frozen=True, slots=True)
+class ExecutionSample:
+    """One profiler sample as a job sent it (xmon.proto ``ExecutionSample``), before it is read.
+
+    ``xspace`` is the serialized XSpace; ``step_begin_seconds`` the marked step begins while it
+    recorded, in seconds since it started (more than ``MAX_STEP_BEGINS`` is refused unread);
+    ``anchor_seconds`` when the agent's anchor annotation began, on the same clock."""
+
+    started_at: float  # wall clock when the profiler session started
+    duration_seconds: float
+    xspace: bytes
+    step_begin_seconds: tuple[float, ...] = ()
+    steps_marked: bool = False
+    anchor_seconds: float | None = None
+
+
 class SampleUnreadable(Exception):
     """Bytes that are not a profiler sample."""
 

@@ -7,6 +7,7 @@ import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -23,9 +24,14 @@ from xmon.execution.ledger import (
     rarer_sample_seconds,
     unmarked_sample_seconds,
 )
-from xmon.execution.samples import SampleReading, SampleUnreadable, parse_sample, rarer_periods
+from xmon.execution.samples import (
+    ExecutionSample,
+    SampleReading,
+    SampleUnreadable,
+    parse_sample,
+    rarer_periods,
+)
 from xmon.model import Program
-from xmon.wire.proto import xmon_pb2
 from xmon.wire.proto import xplane_pb2 as xp
 from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_MIN_SECONDS, SAMPLE_RECORD_MAX_SECONDS
 
@@ -415,14 +421,14 @@ def test_flops_per_token() -> None:
     assert rates.flops_per_token(1e9, n_layers=2, context=8, d_model=4) == 6e9 + 12 * 2 * 8 * 4
 
 
-def sample(**fields: object) -> xmon_pb2.ExecutionSample:
-    base: dict[str, object] = {
+def sample(**fields: Any) -> ExecutionSample:
+    base: dict[str, Any] = {
         "started_at": 1000.0,
         "duration_seconds": 0.2,
         "xspace": periodic_space(20.0, 10).SerializeToString(),
     }
     base.update(fields)
-    return xmon_pb2.ExecutionSample(**base)  # type: ignore[arg-type]
+    return ExecutionSample(**base)
 
 
 def test_reader_parses_one_sample_at_a_time_and_refuses_implausible_ones() -> None:

@@ -18,6 +18,7 @@ import grpc
 from xmon import __version__
 from xmon.daemon.bounds import StateBudget
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
+from xmon.daemon.intake.convert import sample_of
 from xmon.daemon.intake.hello import hello_refusal
 from xmon.daemon.intake.links import AgentLink, SampleLength
 from xmon.daemon.intake.parts import PartJoiner
@@ -251,7 +252,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         elif kind == "result":
             link.resolve(message.result)
         elif kind == "execution_sample":
-            hub.ledger_reader.submit(state.ledger, message.execution_sample)
+            hub.ledger_reader.submit(state.ledger, sample_of(message.execution_sample))
         elif kind == "oom":
             if hub.oom_sink is not None:
                 scrub(message.oom)

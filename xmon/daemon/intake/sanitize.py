@@ -15,7 +15,8 @@ import math
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-WALL_TIME_MAX = 1e10  # seconds since the epoch: the year 2286
+from xmon.daemon.bounds import WALL_TIME_MAX
+
 _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
 
 
