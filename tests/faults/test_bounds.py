@@ -19,6 +19,7 @@ import psutil
 from xmon.daemon import memory
 from xmon.daemon.bounds import Limits, StateBudget, connection_cap
 from xmon.daemon.hub import fitting_snapshot
+from xmon.daemon.intake.convert import hello_of, report_of
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution.ledger import JobLedger
@@ -46,24 +47,35 @@ def _programs(count: int, start: int = 0) -> list[xmon_pb2.ProgramInfo]:
     ]
 
 
+def job(hello: xmon_pb2.AgentHello, budget: StateBudget | None = None) -> JobState:
+    """A job's state as the intake makes it of its hello."""
+    budget = budget or StateBudget()
+    return JobState(hello=hello_of(hello, budget), connected_at=0.0, budget=budget)
+
+
+def take(state: JobState, report: xmon_pb2.AgentReport) -> None:
+    """Hand a report to the job as the intake does."""
+    state.apply(report_of(report, state.budget, state.devices), 1.0, 1.0)
+
+
 def test_unknown_fields_of_reports_and_hellos_are_not_kept() -> None:
-    hello = xmon_pb2.AgentHello.FromString(padded(_hello().SerializeToString(), 1 << 20))
-    state = JobState(hello=hello, connected_at=0.0)
+    state = job(xmon_pb2.AgentHello.FromString(padded(_hello().SerializeToString(), 1 << 20)))
     report = xmon_pb2.AgentReport.FromString(
         padded(xmon_pb2.AgentReport(seq=1).SerializeToString(), 4 << 20)
     )
     report.memory.add(device_id=0, stats={"bytes_in_use": 1, "k" * 10_000: 2})
-    state.apply(report, 1.0, 1.0)
-    assert state.hello.ByteSize() < 1024
-    assert state.report is not None and state.report.ByteSize() < 1024
+    take(state, report)
+    assert state.hello.estimated_bytes < 2048
+    assert state.report is not None and state.report.estimated_bytes < 8192
     assert state.held_bytes < 64 * 1024
     assert dict(state.report.memory[0].stats) == {"bytes_in_use": 1}
 
 
-def test_slim_copies_leave_the_padding_with_the_received_message() -> None:
+def test_what_a_job_keeps_leaves_the_padding_with_the_received_message() -> None:
     """protobuf's upb runtime frees a message's arena only with the whole message: a slim copy
     made with CopyFrom and DiscardUnknownFields kept a padded hello's 15 MiB (and a report's
-    padded counters) for the stream's life, where ByteSize() cannot see it."""
+    padded counters) for the stream's life, where ByteSize() cannot see it. The model objects
+    the intake makes hold nothing of the message."""
     hello_bytes = padded(_hello().SerializeToString(), 15 << 20)
     steps = padded(xmon_pb2.StepCounters(steps_total=1).SerializeToString(), 15 << 20)
     report_bytes = xmon_pb2.AgentReport(seq=1).SerializeToString() + bytes([(7 << 3) | 2])
@@ -73,8 +85,8 @@ def test_slim_copies_leave_the_padding_with_the_received_message() -> None:
     before = process.memory_info().rss
     states = []
     for _ in range(4):
-        state = JobState(hello=xmon_pb2.AgentHello.FromString(hello_bytes), connected_at=0.0)
-        state.apply(xmon_pb2.AgentReport.FromString(report_bytes), 1.0, 1.0)
+        state = job(xmon_pb2.AgentHello.FromString(hello_bytes))
+        take(state, xmon_pb2.AgentReport.FromString(report_bytes))
         states.append(state)
     memory.trim()
     growth = (process.memory_info().rss - before) / 2**20
@@ -84,10 +96,10 @@ def test_slim_copies_leave_the_padding_with_the_received_message() -> None:
 
 def test_devices_programs_and_stats_are_capped_per_job() -> None:
     budget = StateBudget(Limits(devices_per_job=16, programs_per_job=100, stats_per_device=4))
-    state = JobState(hello=_hello(devices=100_000), connected_at=0.0, budget=budget)
+    state = job(_hello(devices=100_000), budget)
     report = xmon_pb2.AgentReport(programs=_programs(300))
     report.memory.add(device_id=0, stats={f"stat{i}": i for i in range(10)})
-    state.apply(report, 1.0, 1.0)
+    take(state, report)
     assert len(state.devices) == 16 and len(state.programs) == 100
     assert len(state.report.memory[0].stats) == 4  # type: ignore[union-attr]
     assert budget.refused == {"devices": 100_000 - 16, "programs": 200, "memory_stats": 6}
@@ -95,25 +107,25 @@ def test_devices_programs_and_stats_are_capped_per_job() -> None:
 
 def test_a_report_s_device_lists_are_cut_to_the_cap_before_they_are_read() -> None:
     budget = StateBudget(Limits(devices_per_job=16))
-    state = JobState(hello=_hello(devices=4), connected_at=0.0, budget=budget)
+    state = job(_hello(devices=4), budget)
     report = xmon_pb2.AgentReport()
     for i in range(1000):
         report.memory.add(device_id=i, stats={"bytes_in_use": i})
         report.devices.add(id=i, platform="cpu")
-    state.apply(report, 1.0, 1.0)
+    take(state, report)
     assert len(report.memory) == len(report.devices) == 16  # the received message, cut
-    assert [m.device_id for m in state.report.memory] == list(range(16))  # type: ignore[union-attr]
+    assert list(state.report.memory) == list(range(16))  # type: ignore[union-attr]
     assert len(state.devices) == 16
     assert budget.refused["devices"] == 2 * (1000 - 16)
 
 
 def test_job_and_total_memory_bounds() -> None:
     budget = StateBudget(Limits(job_bytes=1 << 20, state_bytes=3 << 19))
-    first = JobState(hello=_hello(1), connected_at=0.0, budget=budget)
-    first.apply(xmon_pb2.AgentReport(programs=_programs(4096)), 1.0, 1.0)
+    first = job(_hello(1), budget)
+    take(first, xmon_pb2.AgentReport(programs=_programs(4096)))
     assert first.held_bytes <= 1 << 20 and budget.refused["job_bytes"] > 0
-    second = JobState(hello=_hello(2), connected_at=0.0, budget=budget)
-    second.apply(xmon_pb2.AgentReport(programs=_programs(4096)), 1.0, 1.0)
+    second = job(_hello(2), budget)
+    take(second, xmon_pb2.AgentReport(programs=_programs(4096)))
     assert budget.in_use <= 3 << 19 and budget.refused["state_bytes"] > 0
     first.release()
     assert budget.in_use == second.held_bytes  # a job that leaves gives its bytes back

@@ -80,17 +80,19 @@ def test_the_intake_drops_non_finite_seconds_from_the_account() -> None:
 def test_a_job_keeps_only_the_account_s_own_buckets() -> None:
     """A hostile agent's account padded with names the daemon never reads costs it nothing."""
     from xmon.daemon.bounds import StateBudget
+    from xmon.daemon.intake.convert import hello_of, report_of
     from xmon.daemon.jobs import JobState
     from xmon.wire.proto import xmon_pb2
 
     def held(padding: int) -> tuple[dict[str, float], int]:
-        state = JobState(hello=xmon_pb2.AgentHello(pid=7, job_name="j"), connected_at=0.0,
-                         budget=StateBudget())  # fmt: skip
+        budget = StateBudget()
+        hello = hello_of(xmon_pb2.AgentHello(pid=7, job_name="j"), budget)
+        state = JobState(hello=hello, connected_at=0.0, budget=budget)
         account = xmon_pb2.GoodputAccount(process_started_at=1.0, as_of=11.0)
         account.seconds.update({"steps": 4.0, "startup": 6.0})
         account.seconds.update({f"pad{i:05d}" + "x" * 100: 1.0 for i in range(padding)})
-        state.apply(xmon_pb2.AgentReport(goodput=account), 11.0, 11.0)
-        assert state.report is not None
+        state.apply(report_of(xmon_pb2.AgentReport(goodput=account), budget), 11.0, 11.0)
+        assert state.report is not None and state.report.goodput is not None
         return dict(state.report.goodput.seconds), state.held_bytes
 
     assert held(2000) == held(0) == ({"steps": 4.0, "startup": 6.0}, held(0)[1])

@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from xmon.agent.transport import Transport
 from xmon.daemon.intake.sanitize import scrub
-from xmon.daemon.jobs import MAX_LABEL_CHARS, clean_label
+from xmon.daemon.received import MAX_LABEL_CHARS, clean_label
 from xmon.exporters.tensorboard import TensorBoardExporter
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 

@@ -11,15 +11,18 @@ from pathlib import Path
 import pytest
 
 from xmon.daemon import oom
+from xmon.daemon.intake.convert import oom_of
+from xmon.daemon.received import OomReport
 from xmon.exporters import tb_logdir
 from xmon.wire.proto import xmon_pb2
 
 
-def _report() -> xmon_pb2.OomReport:
+def _report() -> OomReport:
+    """A report as the daemon's intake hands it to the sink."""
     report = xmon_pb2.OomReport(wall_time=1.7e9, error="JaxRuntimeError: RESOURCE_EXHAUSTED")
     report.largest_arrays.add(shape=[4, 4], dtype="float32", nbytes=64).device_bytes[0] = 64
     report.memory_profile = gzip.compress(b"\x0a\x00", mtime=0)  # the same bytes every call
-    return report
+    return oom_of(report)
 
 
 def test_two_reports_in_one_second_get_files_of_their_own(tmp_path: Path) -> None:

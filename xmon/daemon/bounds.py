@@ -3,8 +3,9 @@
 Every bound has a default (most are configuration keys, see ``DaemonConfig``) and a counter of
 what it refused or dropped, exported as ``xmon_daemon_refused_total{bound=...}``. Memory kept per
 job is estimated from what the daemon holds after a report (the converted devices and programs,
-the parts of the last report it reads), not from the size of the message that carried it: unknown
-fields and padding are never kept.
+the hello's identity and the parts of the last report, each with its estimate: see
+xmon.daemon.received), not from the size of the message that carried it: unknown fields and
+padding are never kept.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ from pathlib import Path
 import grpc
 
 from xmon.daemon.intake.links import AgentLink
-from xmon.daemon.jobs import JobState, clean_label
+from xmon.daemon.jobs import JobState
+from xmon.daemon.received import clean_label
 
 Code = grpc.StatusCode
 

@@ -20,6 +20,7 @@ from xmon.daemon.intake.links import AgentLink
 from xmon.daemon.intake.parts import JoiningPool
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
+from xmon.daemon.received import OomReport
 from xmon.goodput.restarts import RestartMemory
 from xmon.model import Job, Snapshot
 from xmon.wire.proto import xmon_pb2
@@ -74,7 +75,7 @@ class Hub:
     restarts: RestartMemory = field(default_factory=RestartMemory)  # processes that ended
     joining: JoiningPool = field(init=False)  # messages in parts, over all agent streams
     # (job name, pid, host, report) of a job that ran out of memory (xmon.daemon.oom.OomSink)
-    oom_sink: Callable[[str, int, str, xmon_pb2.OomReport], None] | None = None
+    oom_sink: Callable[[str, int, str, OomReport], None] | None = None
 
     def __post_init__(self) -> None:
         self.ledger_reader.refused = self.budget.refused  # one table of refusals

@@ -11,19 +11,17 @@ from collections.abc import Callable, Iterable
 
 from xmon.analysis import derived
 from xmon.analysis.peaks import PeakTable
-from xmon.daemon.jobs import JobState, clean_label, clean_text, device_memory
+from xmon.daemon.jobs import JobState
+from xmon.daemon.received import NO_STEPS, MemoryReading, ReportParts, StepCounters
 from xmon.execution import rates
 from xmon.execution.ledger import JobLedger, LedgerRates
-from xmon.findings.recompiles import FunctionCompiles
 from xmon.findings.tracker import NO_EVIDENCE, AgentEvidence
 from xmon.goodput.restarts import RestartMemory
 from xmon.model import (
     AgentHealth,
-    Capability,
     CompileEvent,
     CompileStats,
     DeviceMemory,
-    FleetIdentity,
     Goodput,
     Job,
     JobDevice,
@@ -33,10 +31,13 @@ from xmon.model import (
     StepStats,
     Utilization,
 )
-from xmon.wire.proto import xmon_pb2
-from xmon.wire.protocol import fields_of
 
 THROUGHPUT_WINDOW = 64  # most recent steps used for steps/s
+_MEMORY_KEYS = frozenset((
+    "bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserved",
+    "peak_bytes_reserved", "bytes_reservable_limit", "largest_free_block_bytes",
+    "largest_alloc_size", "num_allocs", "pool_bytes", "peak_pool_bytes",
+))  # fmt: skip
 
 
 class JobBuilder:
@@ -56,8 +57,8 @@ class JobBuilder:
         self._built: dict[int, tuple[tuple[object, ...], tuple[Program, ...]]] = {}
 
     def build(self, state: JobState, process: ProcessSample | None) -> Job:
-        hello, report = state.hello, state.report
-        counters = report.steps if report else xmon_pb2.StepCounters()
+        report = state.report
+        counters = report.steps if report is not None else NO_STEPS
         ledger = state.ledger.rates()
         marked_rate = self._marked_rate(state) if counters.steps_total else None
         step_rate = marked_rate if counters.steps_total else ledger.steps_per_second
@@ -65,7 +66,7 @@ class JobBuilder:
         devices, busy, collective = self._devices(state, ledger)
         work = rates.executed_work(programs)
         steps = self._steps(state, counters, programs, step_rate, work, report)
-        fleet = fleet_identity(report.process) if report and report.HasField("process") else None
+        fleet = report.fleet if report is not None else None
         identity = state.identity
         if fleet is not None:  # the hello may precede jax.distributed: the report is final
             identity = {
@@ -78,7 +79,7 @@ class JobBuilder:
             fleet=fleet,
             step_breakdown=rates.step_breakdown(busy, collective, steps.steps_per_second),
             goodput=self._goodput(state),
-            platform=state.platform or hello.platform or "unknown",
+            platform=state.platform or "unknown",
             last_report_at=state.last_report_at,
             devices=devices,
             compile=_compile_stats(report, tuple(state.compile_events)),
@@ -86,9 +87,9 @@ class JobBuilder:
             steps=steps,
             utilization=self._utilization(steps, devices, work),
             process=process,
-            agent=_agent_health(report),
+            agent=report.agent if report is not None else AgentHealth(),
             ledger=_ledger_stats(state.ledger, ledger, programs),
-            capabilities=_capabilities(report),
+            capabilities=report.capabilities if report is not None else (),
         )
 
     def _programs(
@@ -115,10 +116,9 @@ class JobBuilder:
         """The job's wall-time account with its stepping split by the busy ratio, over its
         life's stepping, of the devices the step uses; and what its restart cost. None from an
         agent that sends no account."""
-        report = state.report
-        if report is None or not report.HasField("goodput"):
+        account = state.report.goodput if state.report is not None else None
+        if account is None:
             return None
-        account = report.goodput
         seconds = dict(account.seconds)
         goodput = state.goodput.update(
             seconds,
@@ -169,7 +169,7 @@ class JobBuilder:
     ) -> tuple[tuple[JobDevice, ...], dict[int, float], dict[int, float]]:
         """The job's devices, and each one's median busy and collective ratios (empty
         before a ledger sample)."""
-        samples = {s.device_id: s for s in state.report.memory} if state.report else {}
+        readings = state.report.memory if state.report is not None else {}
         busy: dict[int, float] = {}
         steady_busy: dict[int, float] = {}
         collective: dict[int, float] = {}
@@ -185,8 +185,8 @@ class JobBuilder:
         devices = tuple(
             JobDevice(
                 info=info,
-                memory=device_memory(samples[device_id])
-                if device_id in samples
+                memory=device_memory(readings[device_id])
+                if device_id in readings
                 else DeviceMemory(),
                 busy_ratio=busy.get(device_id),
             )
@@ -197,11 +197,11 @@ class JobBuilder:
     def _steps(
         self,
         state: JobState,
-        counters: xmon_pb2.StepCounters,
+        counters: StepCounters,
         programs: tuple[Program, ...],
         rate: float | None,
         work: rates.ExecutedWork,
-        report: xmon_pb2.AgentReport | None,
+        report: ReportParts | None,
     ) -> StepStats:
         window = tuple(state.steps_window)
         inferred_from = None
@@ -209,7 +209,7 @@ class JobBuilder:
             # No markers: the program that used the most device time stands for the step.
             stand_in = rates.step_program(programs)
             inferred_from = stand_in.name if stand_in is not None else None
-        declared_bytes = _declared(counters, "bytes_per_step")
+        declared_bytes = counters.bytes_per_step
         return StepStats(
             steps_total=counters.steps_total,
             step_seconds_total=counters.step_seconds_total,
@@ -222,14 +222,14 @@ class JobBuilder:
             steps_per_second=rate if counters.steps_total or inferred_from else None,
             flops_per_step=work.flops_per_step,
             bytes_per_step=declared_bytes if declared_bytes is not None else work.bytes_per_step,
-            model_flops_per_step=_declared(counters, "flops_per_step"),
-            tokens_per_step=_declared(counters, "tokens_per_step"),
+            model_flops_per_step=counters.flops_per_step,
+            tokens_per_step=counters.tokens_per_step,
             window=window[-THROUGHPUT_WINDOW:],
             inferred=inferred_from is not None,
             inferred_from=inferred_from,
             steps_begun_total=max(counters.steps_begun_total, counters.steps_total),
-            open_step_seconds=_declared(counters, "open_step_seconds"),
-            stall_waits_in=_stall_waits_in(report),
+            open_step_seconds=counters.open_step_seconds,
+            stall_waits_in=report.stall.waits_in if report and report.stall else None,
         )
 
     def _utilization(
@@ -258,48 +258,34 @@ class JobBuilder:
         )
 
 
-def agent_evidence(report: xmon_pb2.AgentReport | None) -> AgentEvidence:
+def agent_evidence(report: ReportParts | None) -> AgentEvidence:
     """What the findings read of a job's latest report beside its Job (xmon.findings.tracker)."""
     if report is None:
         return NO_EVIDENCE
-    stall = report.stall if report.HasField("stall") else None
+    stall = report.stall
     return AgentEvidence(
-        functions=tuple(
-            FunctionCompiles(
-                **{
-                    **fields_of(f, xmon_pb2.FunctionCompiles),
-                    "changes": tuple(f.changes),
-                    "arguments": tuple(f.arguments),
-                }
-            )
-            for f in report.compile_functions
-        ),
+        functions=report.functions,
         stall_stacks=stall.stacks if stall is not None else "",
-        step_thread_in_program=stall.step_thread_in_program if stall is not None else "",
+        step_thread_in_program=stall.in_program if stall is not None else "",
     )
 
 
-def _stall_waits_in(report: xmon_pb2.AgentReport | None) -> str | None:
-    if report is None or not report.HasField("stall"):
-        return None
-    where = report.stall.step_thread_waits_in
-    return where if where in ("jax", "host") else "unknown"
-
-
-def fleet_identity(process: xmon_pb2.ProcessIdentity) -> FleetIdentity:
-    return FleetIdentity(
-        job_key=clean_label(process.job_key),
-        process_index=max(0, process.process_index),
-        process_count=max(1, process.process_count),
-        slice_index=process.slice_index if process.HasField("slice_index") else None,
-        worker=clean_text(process.worker),
-        distributed=process.distributed,
-        job_key_declared=process.job_key_declared,
+def device_memory(reading: MemoryReading) -> DeviceMemory:
+    """The snapshot's allocator stats of one device from its latest reading."""
+    known: dict[str, int] = {}
+    stats: dict[str, int] = {}  # keys this daemon does not know yet: kept as they came
+    for key, value in reading.stats.items():
+        (known if key in _MEMORY_KEYS else stats)[key] = value
+    fragmentation = derived.fragmentation_ratio(
+        known.get("bytes_limit"), known.get("bytes_in_use"), known.get("largest_free_block_bytes")
     )
-
-
-def _declared(counters: xmon_pb2.StepCounters, name: str) -> float | None:
-    return getattr(counters, name) if counters.HasField(name) else None
+    return DeviceMemory(
+        live_array_bytes=reading.live_array_bytes,
+        live_array_read_at=reading.live_array_read_at,
+        extra=stats,
+        fragmentation_ratio=fragmentation,
+        **known,
+    )
 
 
 def _ledger_stats(
@@ -330,38 +316,7 @@ def _ordinals(state: JobState) -> dict[int, int]:
     }
 
 
-def _compile_stats(
-    report: xmon_pb2.AgentReport | None, recent: tuple[CompileEvent, ...]
-) -> CompileStats:
+def _compile_stats(report: ReportParts | None, recent: tuple[CompileEvent, ...]) -> CompileStats:
     if report is None:
         return CompileStats(recent=recent)
-    return CompileStats(**fields_of(report.compile, xmon_pb2.CompileCounters), recent=recent)
-
-
-# A next-sample time further from the report than this is not a schedule (a broken clock or
-# agent): it is left out.
-MAX_SAMPLE_SCHEDULE_SECONDS = 24 * 3600.0
-
-
-def _agent_health(report: xmon_pb2.AgentReport | None) -> AgentHealth:
-    if report is None:
-        return AgentHealth()
-    counters = fields_of(report.agent, xmon_pb2.AgentCounters)
-    due = counters.pop("ledger_next_sample_at")
-    if not report.agent.HasField("ledger_next_sample_at"):
-        due = None
-    elif abs(due - report.wall_time) > MAX_SAMPLE_SCHEDULE_SECONDS:
-        due = None
-    return AgentHealth(**counters, ledger_next_sample_at=due)
-
-
-MAX_CAPABILITIES = 16  # the agent has 7; a report with more is cut, not trusted
-
-
-def _capabilities(report: xmon_pb2.AgentReport | None) -> tuple[Capability, ...]:
-    if report is None:
-        return ()
-    return tuple(
-        Capability(clean_label(c.name), clean_text(c.unavailable_reason))
-        for c in report.capabilities[:MAX_CAPABILITIES]
-    )
+    return dataclasses.replace(report.compile, recent=recent) if recent else report.compile

@@ -14,6 +14,7 @@ and each file is created new (``O_EXCL | O_NOFOLLOW``), never written through an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -21,9 +22,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from xmon.daemon.received import OomReport
 from xmon.exporters import tb_logdir
-from xmon.findings.oom import LiveArrayRow, OomEvent, ProgramMemory
-from xmon.wire.proto import xmon_pb2
+from xmon.findings.oom import OomEvent
 
 log = logging.getLogger("xmon.daemon")
 
@@ -32,58 +33,7 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _SAME_SECOND = 16  # reports in one second get -1, -2, ... suffixes
 
 
-def event_of(report: xmon_pb2.OomReport, monotonic: float, paths: tuple[str, ...]) -> OomEvent:
-    program = None
-    if report.HasField("program") and report.program.name:
-        p = report.program
-        program = ProgramMemory(
-            name=p.name,
-            source=report.program_source,
-            argument_bytes=p.argument_bytes if p.HasField("argument_bytes") else None,
-            output_bytes=p.output_bytes if p.HasField("output_bytes") else None,
-            temp_bytes=p.temp_bytes if p.HasField("temp_bytes") else None,
-            alias_bytes=p.alias_bytes if p.HasField("alias_bytes") else None,
-        )
-    limits = [s.stats.get("bytes_limit") for s in report.memory]
-    return OomEvent(
-        wall_time=report.wall_time,
-        monotonic=monotonic,
-        error=report.error,
-        seen_by=report.seen_by,
-        arrays=tuple(_row(a) for a in report.largest_arrays),
-        live_arrays_total=report.live_arrays_total,
-        live_bytes_total=report.live_bytes_total,
-        program=program,
-        failed_allocation_bytes=report.failed_allocation_bytes
-        if report.HasField("failed_allocation_bytes")
-        else None,
-        device_limit_bytes=sum(x for x in limits if x) if limits and all(limits) else None,
-        paths=paths,
-        profile_note=report.memory_profile_note,
-    )
-
-
-def _row(array: xmon_pb2.LiveArray) -> LiveArrayRow:
-    return LiveArrayRow(
-        shape=tuple(array.shape),
-        dtype=array.dtype,
-        sharding=array.sharding,
-        nbytes=array.nbytes,
-        device_bytes=tuple(sorted(array.device_bytes.items())),
-    )
-
-
-def report_json(report: xmon_pb2.OomReport, job_name: str, pid: int) -> dict[str, object]:
-    from google.protobuf import json_format
-
-    body = json_format.MessageToDict(report, preserving_proto_field_name=True)
-    body.pop("memory_profile", None)  # in the .prof next to it
-    return {"job_name": job_name, "pid": pid, **body}
-
-
-def save(
-    logdir: Path, job_name: str, pid: int, host: str, report: xmon_pb2.OomReport
-) -> tuple[str, ...]:
+def save(logdir: Path, job_name: str, pid: int, host: str, report: OomReport) -> tuple[str, ...]:
     """Write the report (and its profile); the paths written. Raises OSError."""
     run_fd = tb_logdir.open_run_dir(logdir, tb_logdir.run_name(job_name, pid))
     try:
@@ -95,8 +45,10 @@ def save(
     finally:
         os.close(run_fd)
     try:
-        stem = tb_logdir.memory_profile_path(Path(), report.wall_time or time.time(), host).stem
-        body = json.dumps(report_json(report, job_name, pid), indent=1).encode()
+        when = report.event.wall_time or time.time()
+        stem = tb_logdir.memory_profile_path(Path(), when, host).stem
+        record = {"job_name": job_name, "pid": pid, **report.record}
+        body = json.dumps(record, indent=1).encode()
         files = [(".json", body)]
         if report.memory_profile:
             files.append((".prof", report.memory_profile))
@@ -146,7 +98,7 @@ class OomSink:
         self._note = note
         self._clock = clock
 
-    def take(self, job_name: str, pid: int, host: str, report: xmon_pb2.OomReport) -> None:
+    def take(self, job_name: str, pid: int, host: str, report: OomReport) -> None:
         try:
             paths = save(self._logdir(), job_name, pid, host, report)
         except (OSError, ValueError) as exc:
@@ -154,4 +106,4 @@ class OomSink:
             paths = ()
         else:
             log.warning("job pid %d ran out of memory; report in %s", pid, paths[0])
-        self._note(pid, event_of(report, self._clock(), paths))
+        self._note(pid, dataclasses.replace(report.event, monotonic=self._clock(), paths=paths))

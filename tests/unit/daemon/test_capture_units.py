@@ -16,6 +16,7 @@ import pytest
 from xmon.agent.commands import CommandRunner, trace_sessions, writable_dir
 from xmon.agent.hlo_store import HloStore
 from xmon.cli.capture import open_commands, parse_duration
+from xmon.daemon.bounds import StateBudget
 from xmon.daemon.capture_targets import (
     CaptureError,
     Target,
@@ -25,6 +26,7 @@ from xmon.daemon.capture_targets import (
     find_job,
     human_bytes,
 )
+from xmon.daemon.intake.convert import hello_of
 from xmon.daemon.intake.links import (
     AgentGone,
     AgentLink,
@@ -85,7 +87,7 @@ def test_commands_go_on_the_wire_as_daemon_commands() -> None:
 
 def target(name: str, pid: int) -> Target:
     hello = xmon_pb2.AgentHello(job_name=name, pid=pid, hostname="h")
-    return Target(JobState(hello=hello, connected_at=0.0), AgentLink())
+    return Target(JobState(hello=hello_of(hello, StateBudget()), connected_at=0.0), AgentLink())
 
 
 TARGETS = [target("train", 10), target("eval", 11), target("eval", 12)]

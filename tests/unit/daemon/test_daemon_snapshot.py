@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from xmon.config import DaemonConfig
+from xmon.daemon.intake.convert import hello_of
 from xmon.daemon.jobs import JobState
 from xmon.daemon.service import Daemon
 from xmon.wire.proto import xmon_pb2
@@ -21,7 +22,9 @@ def _daemon(tmp_path: Path) -> Daemon:
 def _connect(daemon: Daemon, job_name: str, pid: int) -> int:
     stream_id = daemon.hub.next_id()
     hello = xmon_pb2.AgentHello(protocol_version=1, job_name=job_name, pid=pid)
-    daemon.hub.jobs[stream_id] = JobState(hello=hello, connected_at=time.time())
+    daemon.hub.jobs[stream_id] = JobState(
+        hello=hello_of(hello, daemon.hub.budget), connected_at=time.time()
+    )
     return stream_id
 
 

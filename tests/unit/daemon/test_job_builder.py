@@ -1,8 +1,11 @@
 """What the daemon's job builder reads from an agent's report for the findings: the report is
-read where the daemon took it, and the detectors get model objects (AgentEvidence)."""
+read where the daemon took it (its intake), and the detectors get model objects
+(AgentEvidence)."""
 
 from __future__ import annotations
 
+from xmon.daemon.bounds import StateBudget
+from xmon.daemon.intake.convert import report_of
 from xmon.daemon.job_builder import agent_evidence
 from xmon.findings.recompiles import FunctionCompiles
 from xmon.findings.tracker import NO_EVIDENCE, AgentEvidence
@@ -22,7 +25,7 @@ def test_a_reports_recompiled_functions_and_stall_become_evidence() -> None:
             stacks="Thread MainThread (1):\n", step_thread_in_program="jit_step"
         ),
     )  # fmt: skip
-    assert agent_evidence(report) == AgentEvidence(
+    assert agent_evidence(report_of(report, StateBudget()).parts) == AgentEvidence(
         functions=(
             FunctionCompiles(
                 "jit_step", 9, 8, eager=True, first_compiled_at=10.0, last_compiled_at=20.0,
@@ -37,4 +40,4 @@ def test_a_reports_recompiled_functions_and_stall_become_evidence() -> None:
 
 def test_no_report_or_no_stall_is_no_evidence() -> None:
     assert agent_evidence(None) is NO_EVIDENCE
-    assert agent_evidence(xmon_pb2.AgentReport()) == NO_EVIDENCE
+    assert agent_evidence(report_of(xmon_pb2.AgentReport(), StateBudget()).parts) == NO_EVIDENCE

@@ -18,7 +18,9 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from xmon.analysis.peaks import PeakTable
+from xmon.daemon.bounds import StateBudget
 from xmon.daemon.hub import Frame, Hub
+from xmon.daemon.intake.convert import hello_of, report_of
 from xmon.daemon.job_builder import JobBuilder
 from xmon.daemon.jobs import JobState
 from xmon.execution.samples import SampleReading
@@ -82,15 +84,16 @@ def test_the_encoder_keeps_only_the_jobs_of_the_latest_snapshot() -> None:
 
 
 def test_the_builder_reuses_programs_until_the_ledger_changes() -> None:
-    state = JobState(
-        hello=xmon_pb2.AgentHello(protocol_version=1, job_name="j", pid=7), connected_at=0.0
-    )
+    budget = StateBudget()
+    hello = hello_of(xmon_pb2.AgentHello(protocol_version=1, job_name="j", pid=7), budget)
+    state = JobState(hello=hello, connected_at=0.0, budget=budget)
     infos = [
         xmon_pb2.ProgramInfo(fingerprint=f"{i:064x}", name=f"p{i}", compiled_at=i + 1.0,
                              program_ids=[100 + i])
         for i in range(4)
     ]  # fmt: skip
-    state.apply(xmon_pb2.AgentReport(programs=infos), time.time(), time.monotonic())
+    report = report_of(xmon_pb2.AgentReport(programs=infos), budget)
+    state.apply(report, time.time(), time.monotonic())
     builder = JobBuilder(PeakTable())
     first = builder.build(state, None).programs
     assert first is state.sorted_programs()  # no ledger sample: the programs as reported

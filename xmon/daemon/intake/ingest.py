@@ -18,14 +18,14 @@ import grpc
 from xmon import __version__
 from xmon.daemon.bounds import StateBudget
 from xmon.daemon.hub import SUPPORTED_PROTOCOLS, Hub, refuse_connection
-from xmon.daemon.intake.convert import sample_of
+from xmon.daemon.intake.convert import hello_of, oom_of, report_of, sample_of
 from xmon.daemon.intake.hello import hello_refusal
 from xmon.daemon.intake.links import AgentLink, SampleLength
 from xmon.daemon.intake.parts import PartJoiner
-from xmon.daemon.intake.sanitize import scrub
-from xmon.daemon.jobs import JobState, clean_label
+from xmon.daemon.jobs import JobState
 from xmon.daemon.peers import PidCheck, Verdict, watch_exit
 from xmon.daemon.proof import PROOF_SECONDS, new_token, shows_token
+from xmon.daemon.received import clean_label
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 from xmon.wire.protocol import PART_BYTES
 
@@ -73,12 +73,12 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return
         stream_id = hub.next_id()
         job = hub.jobs[stream_id] = JobState(
-            hello=hello,
+            hello=hello_of(hello, hub.budget),
             connected_at=time.time(),
             budget=hub.budget,
             pid_verified=check.verdict is Verdict.VERIFIED,
         )
-        del hello  # the message, with any padding it carried, goes: the job keeps a slim copy
+        del hello  # the message, with any padding it carried, goes: the job keeps model objects
         link = hub.links[stream_id] = AgentLink()
         log.info("agent attached: job %r pid %d (%s)", job.job_name, job.pid,
                  "verified" if job.pid_verified else f"unverified: {check.reason}")  # fmt: skip
@@ -206,7 +206,6 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
                 f"{__version__} (supports {sorted(SUPPORTED_PROTOCOLS)})",
             )
             return None
-        scrub(hello)  # no non-finite number reaches the daemon's arithmetic
         return hello
 
     async def _read_reports(
@@ -247,7 +246,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             return False
         if kind == "report":
             hub.counters.reports_received += 1
-            state.apply(message.report, time.time(), time.monotonic())  # scrubs it
+            report = report_of(message.report, hub.budget, state.devices, state.report)
+            state.apply(report, time.time(), time.monotonic())
             _ask_sample_length(state, link)
         elif kind == "result":
             link.resolve(message.result)
@@ -255,8 +255,7 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
             hub.ledger_reader.submit(state.ledger, sample_of(message.execution_sample))
         elif kind == "oom":
             if hub.oom_sink is not None:
-                scrub(message.oom)
-                hub.oom_sink(state.job_name, state.pid, state.hello.hostname, message.oom)
+                hub.oom_sink(state.job_name, state.pid, state.hello.hostname, oom_of(message.oom))
         else:
             hub.counters.reports_rejected += 1
         return True

@@ -1,10 +1,12 @@
 """Strings the daemon keeps from a job's last report, cut to the lengths an agent sends.
 
-The slim report a job keeps (``xmon.daemon.jobs``) holds the recompiled functions and the
-stall; `xmon doctor` and `xmon monitor` print them. An agent bounds them itself (16 functions;
-4 changes and 32 arguments of 200 characters each; a 1,024-character explanation; 64 KiB of
-stacks), but a report that pads them made 24 jobs hold 15 MiB each and views print 60 MiB.
-Each string past its length is cut and counted (``bound="report_strings"``).
+What a job keeps of its last report (``xmon.daemon.received.ReportParts``) holds the
+recompiled functions and the stall; `xmon doctor` and `xmon monitor` print them. An agent
+bounds them itself (16 functions; 4 changes and 32 arguments of 200 characters each; a
+1,024-character explanation; 64 KiB of stacks), but a report that pads them made 24 jobs hold
+15 MiB each and views print 60 MiB. Each string past its length is cut in the received
+message, before the intake converts it (``xmon.daemon.intake.convert``), and counted
+(``bound="report_strings"``).
 """
 
 from __future__ import annotations
