@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from common import MLP_TRAIN_STEP, machine, summary, table, today, write_section
 from support.procs import Proc, base_env, spawn, start_daemon, wait_for

@@ -141,7 +141,7 @@ def memory_rows(workdir: Path, daemon: Daemon) -> list[Row]:
 def step_rows(workdir: Path, daemon: Daemon) -> list[Row]:
     from test_memory import finish, run_job
 
-    from xmon.views.client import DaemonClient
+    from xmon.wire.client import DaemonClient
 
     (workdir / "steps").mkdir()
     job, result, out = run_job(workdir / "steps", daemon, "steps", "--seconds", "3")

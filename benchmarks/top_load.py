@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 from xmon.wire.proto import xmon_pb2
 
 from common import cpu_seconds, machine, summary, table, tmux, today, write_section

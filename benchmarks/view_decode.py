@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from xmon.model import Job
-from xmon.views.client import MAX_SNAPSHOT_BYTES, SnapshotReader, gunzip
+from xmon.wire.client import MAX_SNAPSHOT_BYTES, SnapshotReader, gunzip
 from xmon.wire.snapshot_encoding import SnapshotEncoder
 
 from common import machine, summary, table, today, write_section

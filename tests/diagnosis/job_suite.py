@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xmon.model import Finding, Job
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import REPO, Daemon, Proc, base_env, start_daemon, start_job, wait_for
 

@@ -10,7 +10,7 @@ import pathology_jobs as scripts
 import pytest
 
 from xmon.model import Finding
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import start_daemon, start_job, wait_for
 

@@ -23,7 +23,7 @@ from twin_jobs import TWINS
 
 from xmon.findings.tracker import severity_rank
 from xmon.model import Snapshot
-from xmon.views.client import DaemonClient, DaemonUnavailable
+from xmon.wire.client import DaemonClient, DaemonUnavailable
 
 from support.procs import Daemon, Proc, start_daemon, start_job
 

@@ -18,7 +18,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from job_suite import JobSuite, job_suite
 
 from xmon.model import Finding
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import wait_for
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from xmon.views.client import DaemonClient, RequestFailed
+from xmon.wire.client import DaemonClient, RequestFailed
 
 from support.procs import Daemon, wait_for
 from support.profiling_procs import (

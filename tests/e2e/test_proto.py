@@ -86,7 +86,7 @@ def test_checked_in_grpc_stubs_match_the_proto(tmp_path: Path) -> None:
         "xmon.daemon.service",
         "xmon.exporters.prometheus",
         "xmon.cli.main",
-        "xmon.views.client",
+        "xmon.wire.client",
         "xmon.collectors",
         "xmon",
     ],

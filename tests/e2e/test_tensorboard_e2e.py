@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import start_job, wait_for
 from support.profiling_procs import profiling_daemon

@@ -11,7 +11,7 @@ from diagnosis import pathology_jobs as scripts
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.model import Finding
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import start_job, wait_for
 from support.profiling_procs import profiling_daemon

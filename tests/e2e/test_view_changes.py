@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 from support.flood_attacks import RawStream, hello, in_part_frames, report

@@ -18,7 +18,6 @@ import psutil
 
 from xmon.daemon import memory
 from xmon.daemon.bounds import Limits, StateBudget, connection_cap
-from xmon.daemon.hub import fitting_snapshot
 from xmon.daemon.intake.convert import hello_of, report_of
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
@@ -26,8 +25,9 @@ from xmon.execution.ledger import JobLedger
 from xmon.execution.samples import ExecutionSample
 from xmon.exporters.prometheus import MetricsEndpoint
 from xmon.exporters.tensorboard import TensorBoardExporter
-from xmon.views.client import decode
+from xmon.wire.client import decode
 from xmon.wire.proto import xmon_pb2
+from xmon.wire.snapshot_encoding import fitting_snapshot
 
 from support.flood_attacks import padded, slow_metrics_clients, varint
 from support.sample_snapshots import snapshot, train_job

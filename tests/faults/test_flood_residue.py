@@ -22,7 +22,7 @@ from xmon.config import DaemonConfig
 from xmon.config.profiling import ProfilingConfig
 from xmon.daemon.service import Daemon
 from xmon.exporters.prometheus import SnapshotCollector
-from xmon.views.client import decode
+from xmon.wire.client import decode
 from xmon.wire.proto import xmon_pb2, xmon_pb2_grpc
 
 from support.flood_attacks import RawStream, StalledView, close_all, hello, report

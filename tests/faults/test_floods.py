@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 from xmon.wire.protocol import RECEIVE_LIMIT_BYTES
 
 from support.flood_attacks import (

@@ -18,8 +18,8 @@ from xmon.daemon.intake.parts import (
     JoiningPool,
     PartJoiner,
 )
-from xmon.views.client import DaemonClient
 from xmon.wire import paths
+from xmon.wire.client import DaemonClient
 from xmon.wire.proto import xmon_pb2
 from xmon.wire.protocol import PART_BYTES, RECEIVE_LIMIT_BYTES, in_parts
 

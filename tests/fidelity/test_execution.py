@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from xmon.model import Job
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import CPU_PEAKS, Daemon, Proc, start_job, wait_for
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from xmon.model import Goodput, Job
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.procs import Daemon, start_job, wait_for
 

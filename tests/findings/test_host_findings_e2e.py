@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xmon.views.client import DaemonClient
+from xmon.wire.client import DaemonClient
 
 from support.fakes.libtpu_server import Fakes, scenario
 from support.fakes.tpu_daemon import settled_scrape, tpu_only_daemon

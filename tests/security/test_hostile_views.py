@@ -235,7 +235,7 @@ def test_metrics_server_answers_only_well_formed_requests(tmp_path: Path) -> Non
 def test_a_snapshot_that_unpacks_past_its_bound_is_one_error() -> None:
     """Every view decodes the daemon's snapshots (top, doctor, ls, programs): 1 GiB of zeros
     in 1 MiB of gzip was unpacked whole, and JSON that is no snapshot raised a traceback."""
-    from xmon.views.client import RequestFailed, decode
+    from xmon.wire.client import RequestFailed, decode
     from xmon.wire.proto import xmon_pb2
 
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)

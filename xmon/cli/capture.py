@@ -24,7 +24,7 @@ from xmon.views.safe_text import command, printable
 from xmon.views.safe_text import lines as safe_lines
 
 if TYPE_CHECKING:
-    from xmon.views.client import CaptureResult
+    from xmon.wire.client import CaptureResult
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
+    from xmon.wire.client import DaemonClient, DaemonUnavailable, RequestFailed
 
     try:
         duration = parse_duration(args.duration)

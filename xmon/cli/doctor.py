@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
+    from xmon.wire.client import DaemonClient, DaemonUnavailable, RequestFailed
 
     try:
         with DaemonClient(Path(args.socket) if args.socket else None) as client:

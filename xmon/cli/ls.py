@@ -57,7 +57,7 @@ def from_daemon(socket_path: Path, timeout: float) -> Listing | None:
     """A snapshot the daemon collects for this request, or None when no daemon answers there."""
     if not socket_path.exists():
         return None
-    from xmon.views.client import DaemonClient, DaemonUnavailable
+    from xmon.wire.client import DaemonClient, DaemonUnavailable
 
     try:
         with DaemonClient(socket_path, connect_timeout=min(timeout, CONNECT_TIMEOUT)) as client:

@@ -169,7 +169,7 @@ class PeriodGate:
 def snapshots(socket_path: Path | None, once: bool, err: TextIO) -> Iterator[Snapshot]:
     """The daemon's snapshots. No daemon at the start raises :class:`DaemonUnavailable`; a
     daemon lost later is waited for (a pipeline keeps running across daemon restarts)."""
-    from xmon.views.client import DaemonClient, DaemonUnavailable
+    from xmon.wire.client import DaemonClient, DaemonUnavailable
 
     seen_any = lost = False
     while True:
@@ -225,7 +225,7 @@ def run(settings: MonitorSettings, once: bool, socket_path: Path | None, out: Te
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.views.client import DaemonUnavailable
+    from xmon.wire.client import DaemonUnavailable
 
     try:
         settings = settings_from_args(args)

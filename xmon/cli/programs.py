@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
+    from xmon.wire.client import DaemonClient, DaemonUnavailable, RequestFailed
 
     if args.limit < 0:
         return _fail("--limit must be 0 (all) or more")

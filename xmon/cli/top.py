@@ -74,8 +74,8 @@ def _once(socket_path: Path | None, job: str | None) -> int:
     import shutil
 
     from xmon.top.once import matching_jobs, render_once
-    from xmon.views.client import DaemonClient, DaemonUnavailable, RequestFailed
     from xmon.views.safe_text import printable
+    from xmon.wire.client import DaemonClient, DaemonUnavailable, RequestFailed
 
     try:
         with DaemonClient(socket_path) as client:

@@ -7,7 +7,6 @@ Everything here runs on the daemon's asyncio loop (grpc.aio); state is only touc
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,9 +21,8 @@ from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.daemon.received import OomReport
 from xmon.goodput.restarts import RestartMemory
-from xmon.model import Job, Snapshot
-from xmon.wire.proto import xmon_pb2
-from xmon.wire.snapshot_encoding import SnapshotEncoder
+from xmon.model import Snapshot
+from xmon.wire.snapshot_encoding import EncodedSnapshot, SnapshotEncoder, fitting_snapshot
 
 SUPPORTED_PROTOCOLS = frozenset({1})
 HELLO_TIMEOUT_SECONDS = 10.0
@@ -68,9 +66,7 @@ class Hub:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     collects_started: int = 0  # snapshots whose collection has begun
     # (collects_started when asked, future) of each GetSnapshot(fresh=True) waiting
-    fresh_waiters: list[tuple[int, asyncio.Future[xmon_pb2.SnapshotMessage]]] = field(
-        default_factory=list
-    )
+    fresh_waiters: list[tuple[int, asyncio.Future[EncodedSnapshot]]] = field(default_factory=list)
     ledger_reader: LedgerReader = field(default_factory=LedgerReader)
     restarts: RestartMemory = field(default_factory=RestartMemory)  # processes that ended
     joining: JoiningPool = field(init=False)  # messages in parts, over all agent streams
@@ -142,7 +138,7 @@ class Hub:
                 queue.get_nowait()
             queue.put_nowait(frame)
 
-    def latest(self) -> xmon_pb2.SnapshotMessage | None:
+    def latest(self) -> EncodedSnapshot | None:
         frame = self.latest_frame()
         return frame.whole if frame is not None else None
 
@@ -168,36 +164,14 @@ class Frame:
     for a view that was sent that frame, or None where there is none to send."""
 
     number: int
-    whole: xmon_pb2.SnapshotMessage
-    changes: xmon_pb2.SnapshotMessage | None = None
+    whole: EncodedSnapshot
+    changes: EncodedSnapshot | None = None
 
-    def for_view(self, previous: int | None) -> xmon_pb2.SnapshotMessage:
+    def for_view(self, previous: int | None) -> EncodedSnapshot:
         """What a view asking for changes gets, ``previous`` being the frame it was sent last."""
         if self.changes is not None and previous == self.number - 1:
             return self.changes
         return self.whole
-
-
-def fitting_snapshot(
-    snapshot: Snapshot, max_bytes: int, encoder: SnapshotEncoder | None = None
-) -> tuple[xmon_pb2.SnapshotMessage, int]:
-    """The encoded snapshot, with fewer programs per job until it fits in ``max_bytes`` (a
-    view could not receive it otherwise); also how many programs were left out."""
-    encoder = encoder or SnapshotEncoder()
-    message = encoder.encode(snapshot)
-    keep = max((len(job.programs) for job in snapshot.jobs), default=0)
-    while message.ByteSize() > max_bytes and keep > 0:
-        keep //= 2
-        jobs = tuple(_with_programs(job, keep) for job in snapshot.jobs)
-        message = encoder.encode(dataclasses.replace(snapshot, jobs=jobs), remember=False)
-    return message, sum(max(0, len(job.programs) - keep) for job in snapshot.jobs)
-
-
-def _with_programs(job: Job, keep: int) -> Job:
-    """The job with only its ``keep`` most recently compiled programs."""
-    if len(job.programs) <= keep:
-        return job
-    return dataclasses.replace(job, programs=job.programs[len(job.programs) - keep :])
 
 
 async def refuse_connection(context: grpc.aio.ServicerContext, hub: Hub) -> None:

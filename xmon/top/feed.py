@@ -50,7 +50,7 @@ class DaemonSource:
             client.close()  # type: ignore[attr-defined]
 
     def __iter__(self) -> Iterator[FeedEvent]:
-        from xmon.views.client import DaemonClient, DaemonUnavailable  # grpc: off the UI thread
+        from xmon.wire.client import DaemonClient, DaemonUnavailable  # grpc: off the UI thread
 
         delay = RETRY_MIN_SECONDS
         yield FeedStatus(False, f"connecting to the daemon at {self.socket_path}")

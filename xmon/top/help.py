@@ -95,7 +95,7 @@ def daemon_capture(socket_path: Path | None, seconds: float = 3.0) -> Callable[[
     """
 
     def capture(pid: int) -> str:
-        from xmon.views.client import DaemonClient
+        from xmon.wire.client import DaemonClient
 
         method = getattr(DaemonClient, "capture", None)
         if not callable(method):

@@ -7,8 +7,11 @@
   the size bounds every side keeps.
 * ``snapshot_encoding``: a snapshot's JSON for the views, encoded once a tick, and its frames of
   what changed.
+* ``client``: the views' end of the control service: snapshots decoded back into the model,
+  captures, a program's HLO.
 * ``paths``: where the daemon listens and writes, and which owners of its socket are trusted.
 
-Nothing here imports jax, a gRPC server or the daemon: the daemon reads agents' messages at its
-intake (``xmon.daemon.intake.ingest``), the views read snapshots (``xmon.views.client``).
+Nothing here imports jax, a gRPC server or the daemon. Of the daemon, only its intake
+(``xmon.daemon.intake``) reads or writes the generated protobuf code; the views and the CLI
+reach the daemon through ``client``. import-linter keeps both so (pyproject.toml).
 """

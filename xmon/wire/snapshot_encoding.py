@@ -7,7 +7,7 @@ or the execution ledger changes it (the ledger makes a new object, never mutates
 each job's program list is encoded once, as JSON and as its own gzip member, and reused while
 the job's programs are the very same objects; the rest of the snapshot (small) is encoded each
 time. Concatenated gzip members are one valid gzip stream (RFC 1952), which
-``xmon.views.client.gunzip`` reads member by member, whole.
+``xmon.wire.client.gunzip`` reads member by member, whole.
 """
 
 from __future__ import annotations
@@ -19,9 +19,14 @@ import operator
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from xmon.model import Job, Program, Snapshot, snapshot_to_dict
 from xmon.wire.proto import xmon_pb2
+
+# A snapshot as it goes to a view: a SnapshotMessage (its JSON, gzip-compressed when large). The
+# daemon holds and sends it as it is; only the wire makes one.
+EncodedSnapshot: TypeAlias = xmon_pb2.SnapshotMessage
 
 # Snapshots for views are gzip-compressed from this size on (JSON shrinks about tenfold), so a
 # large one still fits in a message; smaller ones cost no compression.
@@ -57,7 +62,7 @@ class SnapshotEncoder:
     Each remembered encoding also yields ``changes``: the same snapshot where a job's programs
     are the very objects of the previously remembered one, given as ``{"same_as_job": i}`` (the
     job's index in that snapshot) instead of the list. A view that read the previous one reads
-    this one whole from it (``xmon.views.client.SnapshotReader``), without the catalogue of every
+    this one whole from it (``xmon.wire.client.SnapshotReader``), without the catalogue of every
     job every period (xmon.proto ``SubscribeRequest.changes_only``).
     """
 
@@ -68,9 +73,9 @@ class SnapshotEncoder:
         self._cache: dict[tuple[int, ...], tuple[int, _Encoded]] = {}
         self.programs_encoded = 0  # programs converted (not reused) so far: for tests
         # The last remembered snapshot's changes from the one remembered before it.
-        self.changes: xmon_pb2.SnapshotMessage | None = None
+        self.changes: EncodedSnapshot | None = None
 
-    def encode(self, snapshot: Snapshot, remember: bool = True) -> xmon_pb2.SnapshotMessage:
+    def encode(self, snapshot: Snapshot, remember: bool = True) -> EncodedSnapshot:
         """The snapshot as JSON, gzip-compressed when large. ``remember`` false (a trimmed
         copy of the latest snapshot) reuses encoded programs but keeps none of its own, and
         makes no ``changes``."""
@@ -115,7 +120,7 @@ class SnapshotEncoder:
 
 def _message(
     snapshot: Snapshot, parts: list[bytes], programs: Sequence[_Encoded | bytes]
-) -> xmon_pb2.SnapshotMessage:
+) -> EncodedSnapshot:
     """The outline's ``parts`` joined around each job's ``programs`` (encoded, or a text that
     stands for them), compressed when large."""
     # parts: the text before job 0's programs, then "<i>\"" + the text up to the next job's
@@ -130,6 +135,28 @@ def _message(
     else:
         payload = b"".join(_members(pieces))
     return xmon_pb2.SnapshotMessage(schema_version=snapshot.schema_version, json=payload)
+
+
+def fitting_snapshot(
+    snapshot: Snapshot, max_bytes: int, encoder: SnapshotEncoder | None = None
+) -> tuple[EncodedSnapshot, int]:
+    """The encoded snapshot, with fewer programs per job until it fits in ``max_bytes`` (a
+    view could not receive it otherwise); also how many programs were left out."""
+    encoder = encoder or SnapshotEncoder()
+    message = encoder.encode(snapshot)
+    keep = max((len(job.programs) for job in snapshot.jobs), default=0)
+    while message.ByteSize() > max_bytes and keep > 0:
+        keep //= 2
+        jobs = tuple(_with_programs(job, keep) for job in snapshot.jobs)
+        message = encoder.encode(dataclasses.replace(snapshot, jobs=jobs), remember=False)
+    return message, sum(max(0, len(job.programs) - keep) for job in snapshot.jobs)
+
+
+def _with_programs(job: Job, keep: int) -> Job:
+    """The job with only its ``keep`` most recently compiled programs."""
+    if len(job.programs) <= keep:
+        return job
+    return dataclasses.replace(job, programs=job.programs[len(job.programs) - keep :])
 
 
 def _key(programs: tuple[Program, ...]) -> tuple[int, ...]:

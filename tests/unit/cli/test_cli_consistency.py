@@ -47,7 +47,7 @@ def test_config_and_job_flags_are_spelled_alike() -> None:
 
 def test_capture_lines_say_what_was_recorded_and_how_long_the_request_took() -> None:
     from xmon.cli.capture import describe
-    from xmon.views.client import CaptureResult
+    from xmon.wire.client import CaptureResult
 
     trace = CaptureResult("demo", 7, "trace", "/l", "/l/demo-7", ("/l/a.xplane.pb",),
                           "recorded 3.0 s of trace", 10.84)  # fmt: skip

@@ -27,7 +27,7 @@ from xmon.execution.samples import SampleReading
 from xmon.exporters.prometheus import MetricsEndpoint, SnapshotCollector
 from xmon.exporters.prometheus_programs import ProgramSeriesCache
 from xmon.model import Job, Snapshot, from_dict, snapshot_to_dict
-from xmon.views.client import RequestFailed, SnapshotReader, decode
+from xmon.wire.client import RequestFailed, SnapshotReader, decode
 from xmon.wire.proto import xmon_pb2
 from xmon.wire.snapshot_encoding import GZIP_FROM_BYTES, SnapshotEncoder
 
