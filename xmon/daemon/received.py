@@ -65,6 +65,31 @@ def clean_text(value: str) -> str:
 text_bytes = sys.getsizeof  # what a string kept holds: its object's size
 
 
+def capabilities_bytes(capabilities: tuple[Capability, ...]) -> int:
+    return sum(
+        CAPABILITY_BYTES + text_bytes(c.name) + text_bytes(c.unavailable_reason)
+        for c in capabilities
+    )
+
+
+def functions_bytes(functions: tuple[FunctionCompiles, ...]) -> int:
+    return sum(
+        FUNCTION_BYTES
+        + ITEM_BYTES * (len(f.changes) + len(f.arguments))
+        + text_bytes(f.name)
+        + text_bytes(f.jax_explanation)
+        + sum(map(text_bytes, f.changes))
+        + sum(map(text_bytes, f.arguments))
+        for f in functions
+    )
+
+
+def stall_bytes(stall: Stall | None) -> int:
+    if stall is None:
+        return 0
+    return STALL_BYTES + sum(map(text_bytes, (stall.stacks, stall.waits_in, stall.in_program)))
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     """Who the job is, as its hello says for its stream's life (xmon.proto ``AgentHello``),

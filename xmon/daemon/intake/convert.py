@@ -17,20 +17,23 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from xmon.daemon.bounds import WALL_TIME_MAX, StateBudget
+from xmon.daemon.bounds import StateBudget
 from xmon.daemon.intake.report_strings import cut_report_strings
-from xmon.daemon.intake.sanitize import scrub
+from xmon.daemon.intake.sanitize import (
+    finite,
+    finite_tuple,
+    optional_finite,
+    optional_wall,
+    scrub,
+    wall_time,
+)
 from xmon.daemon.received import (
-    CAPABILITY_BYTES,
-    FUNCTION_BYTES,
     HELLO_BYTES,
-    ITEM_BYTES,
     MAX_ARGV,
     MAX_LABEL_CHARS,
     PARTS_BYTES,
     READING_BYTES,
     RECENT_COMPILES,
-    STALL_BYTES,
     STAT_BYTES,
     STEP_WINDOW,
     GoodputAccount,
@@ -41,8 +44,11 @@ from xmon.daemon.received import (
     ReportParts,
     Stall,
     StepCounters,
+    capabilities_bytes,
     clean_label,
     clean_text,
+    functions_bytes,
+    stall_bytes,
     text_bytes,
 )
 from xmon.execution.samples import MAX_STEP_BEGINS, ExecutionSample
@@ -145,15 +151,15 @@ def report_of(
     capabilities = _capabilities(message.capabilities, before)
     functions = _functions(message.compile_functions, before)
     stall = _stall(message.stall) if message.HasField("stall") else None
-    size = PARTS_BYTES + memory_bytes + _capabilities_bytes(capabilities)
-    size += _functions_bytes(functions) + _stall_bytes(stall)
+    size = PARTS_BYTES + memory_bytes + capabilities_bytes(capabilities)
+    size += functions_bytes(functions) + stall_bytes(stall)
     fleet = None
     if message.HasField("process"):
         fleet = fleet_identity(message.process, before.fleet if before is not None else None)
     parts = ReportParts(
         steps=_steps(message.steps),
         compile=_compile(message.compile),
-        agent=_agent_health(message.agent, _wall(message.wall_time)),
+        agent=_agent_health(message.agent, wall_time(message.wall_time)),
         capabilities=capabilities,
         functions=functions,
         stall=stall,
@@ -169,7 +175,7 @@ def report_of(
         devices=tuple(device_info_of(i) for i in devices if i.id not in known_devices)
         if devices
         else (),
-        recent_step_seconds=_finite_list(message.steps.recent_step_seconds[-STEP_WINDOW:]),
+        recent_step_seconds=finite_tuple(message.steps.recent_step_seconds[-STEP_WINDOW:]),
         compile_events=_compile_events(events[-RECENT_COMPILES:]) if events else (),
         programs=tuple(map(program_of, programs)) if programs else (),
     )
@@ -179,8 +185,8 @@ def _compile_events(events: Iterable[xmon_pb2.CompileEvent]) -> tuple[CompileEve
     return tuple(
         CompileEvent(
             fun_name=clean_label(event.fun_name),
-            duration_seconds=_finite(event.duration_seconds),
-            wall_time=_wall(event.wall_time),
+            duration_seconds=finite(event.duration_seconds),
+            wall_time=wall_time(event.wall_time),
             cache_hit=event.cache_hit,
         )
         for event in events
@@ -201,51 +207,19 @@ def _cut_to_limits(report: xmon_pb2.AgentReport, budget: StateBudget) -> None:
         del report.programs[programs:]
 
 
-def _finite(value: float) -> float:
-    """A float as ``scrub`` leaves it: 0.0 (unset) where it is not finite."""
-    return value if math.isfinite(value) else 0.0
-
-
-def _wall(value: float) -> float:
-    """A wall-clock time as ``scrub`` leaves it: 0.0 (unset) outside 1970..2286 (NaN too)."""
-    return value if 0.0 <= value <= WALL_TIME_MAX else 0.0
-
-
 def _optional(message: Any, name: str) -> Any:
     return getattr(message, name) if message.HasField(name) else None
-
-
-def _optional_finite(message: Any, name: str) -> float | None:
-    """An ``optional`` float: None where unset or not finite."""
-    if not message.HasField(name):
-        return None
-    value: float = getattr(message, name)
-    return value if math.isfinite(value) else None
-
-
-def _optional_wall(message: Any, name: str) -> float | None:
-    """An ``optional`` wall-clock time: None where unset or outside 1970..2286."""
-    if not message.HasField(name):
-        return None
-    value: float = getattr(message, name)
-    return value if 0.0 <= value <= WALL_TIME_MAX else None
-
-
-def _finite_list(values: Sequence[float]) -> tuple[float, ...]:
-    if all(map(math.isfinite, values)):  # the common case, in C
-        return tuple(values)
-    return tuple(v for v in values if math.isfinite(v))
 
 
 def _steps(steps: xmon_pb2.StepCounters) -> StepCounters:
     return StepCounters(
         steps_total=steps.steps_total,
-        step_seconds_total=_finite(steps.step_seconds_total),
-        flops_per_step=_optional_finite(steps, "flops_per_step"),
-        bytes_per_step=_optional_finite(steps, "bytes_per_step"),
-        tokens_per_step=_optional_finite(steps, "tokens_per_step"),
+        step_seconds_total=finite(steps.step_seconds_total),
+        flops_per_step=optional_finite(steps, "flops_per_step"),
+        bytes_per_step=optional_finite(steps, "bytes_per_step"),
+        tokens_per_step=optional_finite(steps, "tokens_per_step"),
         steps_begun_total=steps.steps_begun_total,
-        open_step_seconds=_optional_finite(steps, "open_step_seconds"),
+        open_step_seconds=optional_finite(steps, "open_step_seconds"),
     )
 
 
@@ -253,9 +227,9 @@ def _compile(counters: xmon_pb2.CompileCounters) -> CompileStats:
     return CompileStats(
         compiles_total=counters.compiles_total,
         recompiles_total=counters.recompiles_total,
-        backend_compile_seconds_total=_finite(counters.backend_compile_seconds_total),
-        trace_seconds_total=_finite(counters.trace_seconds_total),
-        lowering_seconds_total=_finite(counters.lowering_seconds_total),
+        backend_compile_seconds_total=finite(counters.backend_compile_seconds_total),
+        trace_seconds_total=finite(counters.trace_seconds_total),
+        lowering_seconds_total=finite(counters.lowering_seconds_total),
         cache_requests_total=counters.cache_requests_total,
         cache_hits_total=counters.cache_hits_total,
         cache_misses_total=counters.cache_misses_total,
@@ -264,16 +238,16 @@ def _compile(counters: xmon_pb2.CompileCounters) -> CompileStats:
     )
 
 
-def _agent_health(agent: xmon_pb2.AgentCounters, wall_time: float) -> AgentHealth:
-    due = _optional_wall(agent, "ledger_next_sample_at")
-    if due is not None and abs(due - wall_time) > MAX_SAMPLE_SCHEDULE_SECONDS:
+def _agent_health(agent: xmon_pb2.AgentCounters, reported_at: float) -> AgentHealth:
+    due = optional_wall(agent, "ledger_next_sample_at")
+    if due is not None and abs(due - reported_at) > MAX_SAMPLE_SCHEDULE_SECONDS:
         due = None
     return AgentHealth(
         reports_sent_total=agent.reports_sent_total,
         reports_dropped_total=agent.reports_dropped_total,
         events_dropped_total=agent.events_dropped_total,
         reconnects_total=agent.reconnects_total,
-        overhead_seconds_total=_finite(agent.overhead_seconds_total),
+        overhead_seconds_total=finite(agent.overhead_seconds_total),
         ledger_samples_total=agent.ledger_samples_total,
         ledger_samples_skipped_total=agent.ledger_samples_skipped_total,
         ledger_samples_busy_total=agent.ledger_samples_busy_total,
@@ -296,7 +270,7 @@ def _memory(
             stats = _bound_stats(stats, limit, budget)
         live = sample.live_array_bytes if sample.HasField("live_array_bytes") else None
         readings[sample.device_id] = MemoryReading(
-            stats, live, _optional_wall(sample, "live_array_read_at")
+            stats, live, optional_wall(sample, "live_array_read_at")
         )
         size += READING_BYTES + STAT_BYTES * len(stats) + sum(map(text_bytes, stats))
     return readings, size
@@ -351,8 +325,8 @@ def _function(row: xmon_pb2.FunctionCompiles) -> FunctionCompiles:
         compiles_total=row.compiles_total,
         steady_recompiles_total=row.steady_recompiles_total,
         eager=row.eager,
-        first_compiled_at=_wall(row.first_compiled_at),
-        last_compiled_at=_wall(row.last_compiled_at),
+        first_compiled_at=wall_time(row.first_compiled_at),
+        last_compiled_at=wall_time(row.last_compiled_at),
         changes=tuple(row.changes),
         arguments=tuple(row.arguments),
         jax_explanation=row.jax_explanation,
@@ -387,8 +361,8 @@ def fleet_identity(
 def _goodput(account: xmon_pb2.GoodputAccount) -> GoodputAccount:
     seconds = account.seconds
     return GoodputAccount(
-        process_started_at=_wall(account.process_started_at),
-        as_of=_finite(account.as_of),
+        process_started_at=wall_time(account.process_started_at),
+        as_of=finite(account.as_of),
         # only the buckets are read: looked up, so a map padded with others is never walked
         seconds={
             name: value
@@ -396,34 +370,9 @@ def _goodput(account: xmon_pb2.GoodputAccount) -> GoodputAccount:
             if name in seconds and math.isfinite(value := seconds[name])
         },
         steps_marked=account.steps_marked,
-        first_step_at=_wall(account.first_step_at),
-        last_step_at=_wall(account.last_step_at),
+        first_step_at=wall_time(account.first_step_at),
+        last_step_at=wall_time(account.last_step_at),
     )
-
-
-def _capabilities_bytes(capabilities: tuple[Capability, ...]) -> int:
-    return sum(
-        CAPABILITY_BYTES + text_bytes(c.name) + text_bytes(c.unavailable_reason)
-        for c in capabilities
-    )
-
-
-def _functions_bytes(functions: tuple[FunctionCompiles, ...]) -> int:
-    return sum(
-        FUNCTION_BYTES
-        + ITEM_BYTES * (len(f.changes) + len(f.arguments))
-        + text_bytes(f.name)
-        + text_bytes(f.jax_explanation)
-        + sum(map(text_bytes, f.changes))
-        + sum(map(text_bytes, f.arguments))
-        for f in functions
-    )
-
-
-def _stall_bytes(stall: Stall | None) -> int:
-    if stall is None:
-        return 0
-    return STALL_BYTES + sum(map(text_bytes, (stall.stacks, stall.waits_in, stall.in_program)))
 
 
 def program_of(p: xmon_pb2.ProgramInfo) -> Program:
@@ -434,7 +383,7 @@ def program_of(p: xmon_pb2.ProgramInfo) -> Program:
         name=clean_label(p.name),
         fun_name=clean_label(p.fun_name) if p.fun_name else None,
         num_devices=max(1, p.num_devices),
-        compiled_at=_wall(p.compiled_at) or None,
+        compiled_at=wall_time(p.compiled_at) or None,
         cache_hit=p.cache_hit,
         in_step=p.in_step,
         program_ids=tuple(p.program_ids[-MAX_PROGRAM_IDS:]),

@@ -5,12 +5,18 @@ once stopped the TensorBoard export of every job (``int(round(inf))`` raises), a
 the JSON of a snapshot is not JSON. At ingest every non-finite float is dropped (a singular
 field goes back to unset, which the snapshot shows as unknown), and wall-clock times outside
 1970..2286 too, since formatting them (``time.localtime``) raises.
+
+``scrub`` walks a whole message (a hello, an out-of-memory report). The conversion of a report,
+which reads each of its floats anyway, reads them through ``finite``, ``wall_time`` and their
+kin instead, which leave each value as ``scrub`` would (xmon.daemon.intake.convert).
 """
 
 from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
+from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -51,6 +57,39 @@ def scrub(message: Message) -> int:
         else:
             dropped += sum(scrub(sub) for sub in value) if field.is_repeated else scrub(value)
     return dropped
+
+
+def finite(value: float) -> float:
+    """A float as ``scrub`` leaves it: 0.0 (unset) where it is not finite."""
+    return value if math.isfinite(value) else 0.0
+
+
+def wall_time(value: float) -> float:
+    """A wall-clock time as ``scrub`` leaves it: 0.0 (unset) outside 1970..2286 (NaN too)."""
+    return value if 0.0 <= value <= WALL_TIME_MAX else 0.0
+
+
+def optional_finite(message: Any, name: str) -> float | None:
+    """An ``optional`` float field: None where unset or not finite."""
+    if not message.HasField(name):
+        return None
+    value: float = getattr(message, name)
+    return value if math.isfinite(value) else None
+
+
+def optional_wall(message: Any, name: str) -> float | None:
+    """An ``optional`` wall-clock time field: None where unset or outside 1970..2286."""
+    if not message.HasField(name):
+        return None
+    value: float = getattr(message, name)
+    return value if 0.0 <= value <= WALL_TIME_MAX else None
+
+
+def finite_tuple(values: Sequence[float]) -> tuple[float, ...]:
+    """A repeated float field without its non-finite values."""
+    if all(map(math.isfinite, values)):  # the common case, in C
+        return tuple(values)
+    return tuple(v for v in values if math.isfinite(v))
 
 
 class _Kind(enum.Enum):
