@@ -36,15 +36,12 @@ while running():
 """
 )
 
-# A step written as users write one: params and an Adam state of 97 leaves, the batch last,
-# its sequence length changing every step (an unpadded text loader). Only the first 32
-# arguments were compared: the change was called "static" and given the wrong fix.
-LATE_BATCH_SHAPE = (
-    HEADER
-    + r"""
+# Params and an Adam state of 97 leaves (8 layers of WIDTH), and a step that trains them on a
+# batch of tokens, its last argument.
+ADAM_97_LEAVES = r"""
 def layer(i):
-    return {"w": jnp.full((16, 16), 0.01 * i), "b": jnp.zeros((16,)),
-            "scale": jnp.ones((16,)), "bias": jnp.zeros((16,))}
+    return {"w": jnp.full((WIDTH, WIDTH), 0.01 * i), "b": jnp.zeros((WIDTH,)),
+            "scale": jnp.ones((WIDTH,)), "bias": jnp.zeros((WIDTH,))}
 
 params = {f"layer{i}": layer(i) for i in range(8)}
 opt_state = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(jnp.zeros_like, params),
@@ -53,7 +50,7 @@ opt_state = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(jnp.zeros_like, 
 @jax.jit
 def train_step(params, opt_state, tokens):
     def loss(p):
-        h = jax.nn.one_hot(tokens % 16, 16)
+        h = jax.nn.one_hot(tokens % WIDTH, WIDTH)
         for name in sorted(p):
             h = jnp.tanh(h @ p[name]["w"] + p[name]["b"]) * p[name]["scale"] + p[name]["bias"]
         return (h ** 2).mean()
@@ -63,7 +60,16 @@ def train_step(params, opt_state, tokens):
     nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, nu, grads)
     params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
     return params, (mu, nu, count + 1)
+"""
 
+# A step written as users write one (ADAM_97_LEAVES), its sequence length changing every step
+# (an unpadded text loader). Only the first 32 arguments were compared: the change was called
+# "static" and given the wrong fix.
+LATE_BATCH_SHAPE = (
+    HEADER
+    + "WIDTH = 16\n"
+    + ADAM_97_LEAVES
+    + r"""
 length = 32
 while running():
     with xmon.step():

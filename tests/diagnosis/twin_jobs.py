@@ -15,7 +15,7 @@ Each runs until its stop file appears (or ``JOB_SECONDS`` pass).
 from __future__ import annotations
 
 from healthy_jobs import HEADER
-from pathology_jobs import TOKENISING_LOADER
+from pathology_jobs import ADAM_97_LEAVES, TOKENISING_LOADER
 
 # Batches made on a thread into a queue of two, as input pipelines prefetch.
 _PREFETCH = r"""
@@ -111,35 +111,13 @@ while running():
 """
 )
 
-# The late-batch-shape job's step (params and an Adam state of 97 leaves, the batch last),
-# wider, with its sequences padded to one length.
+# The late-batch-shape job's step (pathology_jobs.ADAM_97_LEAVES), wider, with its sequences
+# padded to one length.
 BATCH_PADDED = (
     HEADER
+    + "WIDTH, PADDED = 256, 64\n"
+    + ADAM_97_LEAVES
     + r"""
-WIDTH, PADDED = 256, 64
-
-def layer(i):
-    return {"w": jnp.full((WIDTH, WIDTH), 0.01 * i) + jnp.eye(WIDTH) / 2,
-            "b": jnp.zeros((WIDTH,)), "scale": jnp.ones((WIDTH,)), "bias": jnp.zeros((WIDTH,))}
-
-params = {f"layer{i}": layer(i) for i in range(8)}
-opt_state = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(jnp.zeros_like, params),
-             jnp.zeros((), jnp.int32))
-
-@jax.jit
-def train_step(params, opt_state, tokens):
-    def loss(p):
-        h = jax.nn.one_hot(tokens % WIDTH, WIDTH)
-        for name in sorted(p):
-            h = jnp.tanh(h @ p[name]["w"] + p[name]["b"]) * p[name]["scale"] + p[name]["bias"]
-        return (h ** 2).mean()
-    grads = jax.grad(loss)(params)
-    mu, nu, count = opt_state
-    mu = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, mu, grads)
-    nu = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, nu, grads)
-    params = jax.tree.map(lambda p, m, v: p - 1e-3 * m / (jnp.sqrt(v) + 1e-8), params, mu, nu)
-    return params, (mu, nu, count + 1)
-
 step = 0
 while running():
     length = 32 + step % 32  # the loader's lengths change as before
