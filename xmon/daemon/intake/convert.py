@@ -377,7 +377,7 @@ def _goodput(account: xmon_pb2.GoodputAccount) -> GoodputAccount:
 
 def program_of(p: xmon_pb2.ProgramInfo) -> Program:
     # every optional field of a program is a number: a float is kept only where finite
-    optional: dict[str, Any] = {name: _optional_number(p, name) for name in _PROGRAM_OPTIONAL}
+    optional: dict[str, Any] = {name: optional_finite(p, name) for name in _PROGRAM_OPTIONAL}
     return Program(
         fingerprint=clean_label(p.fingerprint),
         name=clean_label(p.name),
@@ -393,13 +393,6 @@ def program_of(p: xmon_pb2.ProgramInfo) -> Program:
         loops_unknown_trip_count=p.loops_unknown_trip_count,
         **optional,
     )
-
-
-def _optional_number(message: Any, name: str) -> float | int | None:
-    if not message.HasField(name):
-        return None
-    value: float | int = getattr(message, name)
-    return value if isinstance(value, int) or math.isfinite(value) else None
 
 
 # -- execution samples and out-of-memory reports ----------------------------------------------

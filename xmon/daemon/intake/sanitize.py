@@ -70,7 +70,7 @@ def wall_time(value: float) -> float:
 
 
 def optional_finite(message: Any, name: str) -> float | None:
-    """An ``optional`` float field: None where unset or not finite."""
+    """An ``optional`` number field: None where unset or not finite (an integer is kept)."""
     if not message.HasField(name):
         return None
     value: float = getattr(message, name)
