@@ -133,9 +133,10 @@ class JobBuilder:
 
     def _stepping_busy_share(self, state: JobState, stepping_seconds: float) -> float | None:
         """The devices' busy share of the job's stepping over its life, on the devices the
-        step uses: for marked steps, their busy seconds per step in samples times the steps
-        (the profiler slows the host side inside samples, not the devices' work); without
-        markers, their busy share in samples. None before a sample stepped through."""
+        step uses: for marked steps, their busy seconds per step in the whole steps samples
+        held, times the steps (the profiler slows the host side inside samples, not the
+        devices' work); without markers, their busy share in samples taken through the
+        stepping. None before such a sample."""
         devices, ordinals = list(state.devices), _ordinals(state)
         report = state.report
         steps = report.steps.steps_total if report is not None else 0

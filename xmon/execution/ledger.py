@@ -84,9 +84,10 @@ class JobLedger:
         self._stepping_busy: defaultdict[int, float] = defaultdict(float)
         self._stepping_seconds = 0.0
         self._stepping_marked = False  # those samples saw marked steps
-        # ... and the whole marked steps in their cores, and the seconds those took
-        self._stepping_steps = 0.0
-        self._stepping_core_seconds = 0.0
+        # Over the job's life, the marked samples' cores: each device's busy seconds in them,
+        # and the steps they held
+        self._core_busy: defaultdict[int, float] = defaultdict(float)
+        self._core_steps = 0.0
 
     def add(self, reading: SampleReading) -> None:
         if reading.steps_marked and not all(r.steps_marked for r in self._samples):
@@ -103,7 +104,8 @@ class JobLedger:
             self._stepping_busy.clear()
             self._stepping_seconds = 0.0
             self._stepping_marked = True
-            self._stepping_steps = self._stepping_core_seconds = 0.0
+            self._core_busy.clear()
+            self._core_steps = 0.0
             if self.sample_seconds_wanted:
                 # asked of its start-up's programs before it marked steps: marked samples hold
                 # whole steps, and the length asked for those programs is no longer wanted
@@ -112,9 +114,11 @@ class JobLedger:
             for device, seconds in reading.device_busy_seconds.items():
                 self._stepping_busy[device] += seconds
             self._stepping_seconds += reading.duration_seconds
-            if reading.steps_marked and reading.steps_in_core:
-                self._stepping_steps += reading.steps_in_core
-                self._stepping_core_seconds += reading.core_seconds
+        core_busy, core_steps = reading.core_busy_seconds, reading.steps_in_core
+        if holds_marked_steps(reading) and core_busy is not None and core_steps is not None:
+            for device, seconds in core_busy.items():
+                self._core_busy[device] += seconds
+            self._core_steps += core_steps
         for wanted in (unmarked_sample_seconds(reading), rarer_sample_seconds(self._samples)):
             if wanted is not None and wanted > (self.sample_seconds_wanted or 0.0):
                 self.sample_seconds_wanted = wanted
@@ -146,18 +150,19 @@ class JobLedger:
         return {d: min(1.0, busy / seconds) for d, busy in self._stepping_busy.items()}
 
     def stepping_device_seconds_per_step(self) -> dict[int, float]:
-        """Each device's busy seconds per marked step, over the same samples as
-        :meth:`stepping_busy_ratio`: its busy share of them times their mean step (the steps
-        in their cores over those cores' seconds). Empty without marked steps in a sample.
+        """Each device's busy seconds per marked step: its busy seconds in the cores of the
+        marked samples of the job's life (:func:`holds_marked_steps`) over the steps those
+        held. Empty before such a sample.
 
         The profiler slows a job's host side while it records (a step of 60 ms of matmul and
         20 ms on the host ran 15 % fewer steps a second in samples), not its devices' work:
         the busy share inside samples is lower than the job's, its busy seconds per step are
-        not."""
-        if self._stepping_steps <= 0:  # counted only of marked samples
+        not. Counted over the cores' whole steps, not over the samples: a sample starts
+        anywhere in a step and stops inside another, and where steps differ (a compile every
+        third step, an eval) the part outside its core would weigh one kind of step."""
+        if self._core_steps <= 0:
             return {}
-        step = self._stepping_core_seconds / self._stepping_steps
-        return {d: ratio * step for d, ratio in self.stepping_busy_ratio().items()}
+        return {d: busy / self._core_steps for d, busy in self._core_busy.items()}
 
     def rates(self) -> LedgerRates:
         if self._rates is None:
@@ -283,6 +288,19 @@ def stepped_through(sample: SampleReading) -> bool:
     idle part as the devices' and says too little of how busy the steps keep them."""
     stepped = sample.steps_in_core if sample.steps_marked else sample.dominant is not None
     return bool(stepped) and sample.core_seconds >= STEPPING_CORE_SHARE * sample.duration_seconds
+
+
+def holds_marked_steps(sample: SampleReading) -> bool:
+    """Whether the sample's core window held whole marked steps, with the devices' busy
+    seconds in it: what :meth:`JobLedger.stepping_device_seconds_per_step` counts."""
+    return bool(
+        sample.steps_marked
+        and sample.whole_periods
+        and sample.core_busy_seconds is not None
+        and sample.steps_in_core
+        and sample.steps_in_core > 0
+        and math.isfinite(sample.steps_in_core)
+    )
 
 
 def _median_ratios(

@@ -177,6 +177,12 @@ class SampleReading:
     # least twice (an eval every 10 steps): see :func:`rarer_periods`.
     program_periods: Mapping[int, tuple[int, int]] = field(default_factory=dict)
     recorded_bytes: int = 0  # the serialized XSpace's size
+    # device ordinal -> its busy seconds inside the core window (the union of its op intervals
+    # clipped to it); None where the sample has no core window (counts over the whole sample).
+    # Over whole steps, the devices' work per step without the sample's lead-in and tail: a
+    # sample stops inside a step, whose remainder (a compile, a host-bound stretch) is not
+    # the core's.
+    core_busy_seconds: Mapping[int, float] | None = None
 
 
 class _Intervals:
@@ -436,7 +442,7 @@ def reading_from(
         (low, high), counted = steps
         return _reading(
             parser, started_at, duration, starts, dominant, program_seconds,
-            executions=_counts_in(starts, low, high), core_seconds=(high - low) / 1e12,
+            executions=_counts_in(starts, low, high), core_window=(low, high),
             steps_in_core=float(counted), whole_periods=True, steps_marked=True,
         )  # fmt: skip
     if core is None:
@@ -458,7 +464,7 @@ def reading_from(
         steps_in_core = dispatched if dispatched is not None else steps_in_core
     return _reading(
         parser, started_at, duration, starts, dominant, program_seconds,
-        executions=executions, core_seconds=core_seconds, steps_in_core=steps_in_core,
+        executions=executions, core_window=core, steps_in_core=steps_in_core,
         whole_periods=core is not None, steps_marked=steps_marked,
     )  # fmt: skip
 
@@ -512,15 +518,24 @@ def _reading(
     program_seconds: Mapping[int, float],
     *,
     executions: Mapping[int, int],
-    core_seconds: float,
+    core_window: tuple[int, int] | None,
     steps_in_core: float | None,
     whole_periods: bool,
     steps_marked: bool,
 ) -> SampleReading:
+    """``core_window``: the picoseconds executions were counted in; None for the whole
+    sample."""
+    core_busy = None
+    if core_window is not None:
+        low, high = core_window
+        core_busy = {
+            d: spans.union_length(low, high) / 1e12 for d, spans in parser.device_ops.items()
+        }
     return SampleReading(
         started_at=started_at,
         duration_seconds=duration,
-        core_seconds=core_seconds,
+        core_seconds=duration if core_window is None else (core_window[1] - core_window[0]) / 1e12,
+        core_busy_seconds=core_busy,
         executions=executions,
         dominant=dominant,
         steps_marked=steps_marked,

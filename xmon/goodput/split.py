@@ -2,15 +2,15 @@
 productive time and time the devices waited for the host, goodput ratios over the life and
 over rolling windows.
 
-Stepping time is split by the devices' busy share of the job's stepping over its whole life:
-the execution ledger's samples taken through its stepping (xmon.execution.ledger
-``stepped_through``), averaged over the devices the step uses. With step markers the share is
-their busy seconds per step in those samples times the steps marked, over the stepping time
+Stepping time is split by the devices' busy share of the job's stepping over its whole life,
+averaged over the devices the step uses. With step markers the share is their busy seconds per
+step, in the whole steps the execution ledger's samples held (xmon.execution.ledger
+``holds_marked_steps``), times the steps marked, over the stepping time
 (xmon.execution.rates.marked_step_busy_share: the profiler slows the host side inside samples,
-not the devices' work); without, their busy share in the samples
-(xmon.execution.rates.step_busy_ratio). Samples are taken at a steady pace, so over a job's
-life their mean is the time-weighted one. Before any such sample the seconds are
-``steps_unmeasured``.
+not the devices' work); without, their busy share in the samples taken through the stepping
+(``stepped_through``, xmon.execution.rates.step_busy_ratio). Samples are taken at a steady
+pace, so over a job's life their mean is the time-weighted one. Before any such sample the
+seconds are ``steps_unmeasured``.
 """
 
 from __future__ import annotations

@@ -97,6 +97,9 @@ def test_executions_are_counted_in_whole_periods_of_the_dominant_program() -> No
     assert reading.program_device_seconds[7] == pytest.approx(10 * 2 * 0.003)
     assert reading.device_busy_seconds[0] == pytest.approx(10 * 0.003 + 5 * 0.001)
     assert reading.device_busy_seconds[1] == pytest.approx(10 * 0.003)
+    # in the core window: the 9 periods' steps, and program 9 in 5 of them; not the 10th step
+    assert reading.core_busy_seconds == {0: pytest.approx(9 * 0.003 + 5 * 0.001),
+                                         1: pytest.approx(9 * 0.003)}  # fmt: skip
 
 
 def test_marked_steps_give_the_steps_in_the_core_window() -> None:
@@ -133,6 +136,7 @@ def test_long_steps_are_counted_whole_between_anchored_begins(line_ns: int) -> N
     reading = parse(space, 0.5, step_begins=begins, steps_marked=True, anchor_seconds=0.0005)
     assert reading.whole_periods and reading.steps_in_core == 1
     assert reading.executions == {7: 1} and reading.core_seconds == pytest.approx(0.300)
+    assert reading.core_busy_seconds == {0: pytest.approx(0.250)}  # the first step's op only
     assert ledger_rates([reading]).executions_per_step == {7: 1.0}
     # A 200 ms window of rates saw 1.5 executions per step of such a job; without the anchor
     # the sample is no whole periods, and its guess is not used beside whole ones.
@@ -208,6 +212,7 @@ def test_few_executions_count_over_the_whole_sample() -> None:
     reading = parse(periodic_space(150.0, 2), duration=0.3)
     assert reading.core_seconds == 0.3
     assert reading.executions == {7: 2, 9: 1}
+    assert reading.core_busy_seconds is None  # no window: its busy seconds are the sample's
 
 
 def gpu_space(device: int, starts_ms: list[float]) -> xp.XPlane:
@@ -618,14 +623,14 @@ def test_the_busy_share_of_stepping_counts_the_samples_that_stepped_throughout()
     assert unmarked.stepping_busy_ratio() == {0: pytest.approx(0.7)}
 
 
-def test_busy_seconds_per_marked_step_are_the_samples_share_times_their_step() -> None:
+def test_busy_seconds_per_marked_step_are_the_cores_busy_seconds_over_their_steps() -> None:
     """The profiler slows a job's host side while it records: samples held 10 and then 12
     steps a second of a job that runs 12.3 outside them; each step's 60 ms of device work is
-    the same in both. Busy seconds per step: the samples' busy share times their mean step."""
+    the same in both. Busy seconds per step: the cores' busy seconds over the steps they held."""
     ledger = JobLedger()
     assert ledger.stepping_device_seconds_per_step() == {}
-    ledger.add(replace(stepped_reading(10, 10.0), device_busy_seconds={0: 0.60, 1: 0.01}))
-    ledger.add(replace(stepped_reading(12, 12.0), device_busy_seconds={0: 0.72, 1: 0.01}))
+    ledger.add(replace(stepped_reading(10, 10.0), core_busy_seconds={0: 0.60, 1: 0.01}))
+    ledger.add(replace(stepped_reading(12, 12.0), core_busy_seconds={0: 0.72, 1: 0.01}))
     per_step = ledger.stepping_device_seconds_per_step()
     assert per_step == {0: pytest.approx(0.06), 1: pytest.approx(0.02 / 22)}
     # one device of four computes: the step's share is that device's, not the mean of four
@@ -635,8 +640,30 @@ def test_busy_seconds_per_marked_step_are_the_samples_share_times_their_step() -
     assert rates.marked_step_busy_share({}, steps=100, stepping_seconds=8.1) is None
     assert rates.marked_step_busy_share(per_step, steps=0, stepping_seconds=8.1) is None
     unmarked = JobLedger()
-    unmarked.add(unmarked_reading(7, 8, 0.8))
+    unmarked.add(replace(unmarked_reading(7, 8, 0.8), core_busy_seconds={0: 0.8}))
     assert unmarked.stepping_device_seconds_per_step() == {}  # no step count to multiply
+
+
+def test_busy_seconds_per_marked_step_leave_out_the_sample_s_lead_in_and_tail() -> None:
+    """A job of 20 ms steps that compiles a new shape every third step (170 ms, the devices
+    idle): a 0.2 s sample started inside one step and stopped inside a compiling one, its core
+    two short steps (42 ms) of it. The core's steps count, though they covered a fifth of the
+    sample; the time outside them does not. A sample without a core (counts over the whole
+    sample, a guess of its steps) and one whose core held no step count nothing."""
+    ledger = JobLedger()
+    lead_and_tail = SampleReading(
+        started_at=0.0, duration_seconds=0.2, core_seconds=0.042, executions={7: 8}, dominant=7,
+        steps_marked=True, steps_in_core=2.0, device_busy_seconds={0: 0.03, 1: 0.03},
+        program_device_seconds={7: 0.06}, program_device_runs={7: 8}, whole_periods=True,
+        core_busy_seconds={0: 0.02, 1: 0.02},
+    )  # fmt: skip
+    ledger.add(lead_and_tail)
+    assert ledger.stepping_device_seconds_per_step() == {0: 0.01, 1: 0.01}
+    assert ledger.stepping_busy_ratio() == {}  # its steps did not cover 70 % of it
+    ledger.add(replace(lead_and_tail, whole_periods=False, core_busy_seconds=None))
+    ledger.add(replace(lead_and_tail, steps_in_core=0.0, core_busy_seconds={0: 0.1}))
+    ledger.add(replace(lead_and_tail, steps_in_core=float("nan"), core_busy_seconds={0: 0.1}))
+    assert ledger.stepping_device_seconds_per_step() == {0: 0.01, 1: 0.01}
 
 
 def _with_eval(evals_at: Sequence[int], steps: int = 10, eval_ms: float = 10.0) -> SampleReading:
