@@ -30,14 +30,17 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(prometheus_binary() is None, reason="prometheus not installed"),
     pytest.mark.xdist_group("fleet-faults"),  # one job for the module's tests
-    pytest.mark.alone,  # it judges each process's host seconds per step, which others' load moves
 ]
 
 
 @pytest.mark.slow(STRAGGLING_SECONDS + 120)  # and the job's start
 def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> None:
     before = running.fleet_view()[1][0]
-    running.fault(slow={str(SLOW_PROCESS): SLOW_SECONDS})
+    # The lag at least twice the step it slows: a busy machine (a parallel test run) stretches
+    # the job's step several times over, and a straggler is one past a share of the step, so a
+    # fixed lag would be a straggler on a quiet machine only.
+    lag = max(SLOW_SECONDS, 2 * (before["step_seconds"] or 0))
+    running.fault(slow={str(SLOW_PROCESS): lag})
     started = time.monotonic()
 
     def named() -> bool:
@@ -68,11 +71,11 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
     def grown() -> dict[str, Any] | None:
         verdict = running.fleet_view()[1][0]
         slow, was = process(verdict, SLOW_PROCESS), process(before, SLOW_PROCESS)
-        if (slow["host_seconds"] or 0) < 0.9 * SLOW_SECONDS:
+        if (slow["host_seconds"] or 0) < 0.9 * lag:
             return None
-        if (slow["host_seconds"] or 0) - (was["host_seconds"] or 0) < 0.8 * SLOW_SECONDS:
+        if (slow["host_seconds"] or 0) - (was["host_seconds"] or 0) < 0.8 * lag:
             return None
-        if verdict["step_seconds"] - before["step_seconds"] < 0.8 * SLOW_SECONDS:
+        if verdict["step_seconds"] - before["step_seconds"] < 0.8 * lag:
             return None
         return verdict
 
@@ -106,9 +109,11 @@ def test_a_slow_host_loop_names_that_process_within_a_minute(running: Fleet) -> 
         fired = bool(firing)  # pending for its first 5 minutes, then firing throughout
         time.sleep(10)
     shown = sorted(excesses)[len(excesses) // 2]
-    assert 0.4 * SLOW_SECONDS <= shown <= 1.1 * SLOW_SECONDS, excesses  # most of the sleep
-    running.notes.append(f"straggler excess {min(excesses):.4f}-{max(excesses):.4f} s/step "
-                         f"(median {shown:.4f}) over {len(excesses)} views")  # fmt: skip
+    assert 0.4 * lag <= shown <= 1.1 * lag, excesses  # most of the sleep
+    running.notes.append(
+        f"straggler excess {min(excesses):.4f}-{max(excesses):.4f} s/step "
+        f"(median {shown:.4f}, lag {lag:.3f}) over {len(excesses)} views"
+    )
     running.fault()
 
 
