@@ -19,6 +19,7 @@ from job_suite import JobSuite, job_suite
 
 from xmon.model import Finding, Job
 
+from support.host_load import assert_host_bound_verdict_holds
 from support.procs import REPO, base_env, wait_for
 
 # The module's jobs share one daemon; host_bound's verdict (a warning, or info on a host whose
@@ -109,9 +110,10 @@ def test_a_stall_inside_a_computation_names_the_program(suite: JobSuite) -> None
 
 def test_a_host_bound_loop_is_found_by_its_busy_ratio(suite: JobSuite) -> None:
     job, finding = suite.finding("hostbound", "host_bound")
-    assert finding.severity in ("warning", "error")
+    assert_host_bound_verdict_holds(finding, job.pid)  # a warning, unless the host is shared
     assert "waits for the host" in finding.summary
-    assert "waits for input" in finding.fix  # the process sleeps rather than computes
+    if finding.severity == "warning":
+        assert "waits for input" in finding.fix  # the process sleeps rather than computes
     assert job.devices and max(d.busy_ratio or 0.0 for d in job.devices) < 0.5
 
 

@@ -14,10 +14,12 @@ from job_suite import JobSuite, job_suite
 
 from xmon.model import Finding
 
+from support.host_load import assert_host_bound_verdict_holds
 from support.procs import wait_for
 
-# The module's jobs share one daemon; host_bound's verdict (a warning, or info on a host whose
-# other processes hold the cores) judges the host's CPUs, so they run alone.
+# The module's jobs share one daemon. host_bound's verdict is a warning, or info on a host
+# whose other processes hold the cores (checked against the host the test measures); the
+# process's own CPU use is asserted too, which others' load moves, so they run alone.
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("host-loader"), pytest.mark.alone]
 
 FINDING_SECONDS = 90
@@ -33,7 +35,7 @@ def loader_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobSuite]
 
 def test_a_loader_that_keeps_the_host_cpu_busy_is_host_bound(loader_suite: JobSuite) -> None:
     job, finding = loader_suite.finding("tokenising", "host_bound")
-    assert finding.severity == "warning", finding
+    assert_host_bound_verdict_holds(finding, job.pid)  # a warning, unless the host is shared
     assert "waits for the host" in finding.summary
     assert job.devices and max(d.busy_ratio or 0.0 for d in job.devices) < 0.5
     key = "job process CPU (cores)"
@@ -44,8 +46,12 @@ def test_a_loader_that_keeps_the_host_cpu_busy_is_host_bound(loader_suite: JobSu
         return found[0] if found else None
 
     finding = wait_for(with_cpu, 30, "the process's CPU in the host-bound evidence", 1.0)
-    assert finding.severity == "warning", finding
+    assert_host_bound_verdict_holds(finding, job.pid)
     cores = float(dict(finding.evidence)[key])
-    assert cores > 0.5, finding.evidence  # the loader computes: a sleeping one uses ~0.02
-    # At a whole core the fix says to profile the Python between steps, else to look for waits.
-    assert ("keeps a core busy" in finding.fix) == (cores >= 0.9), (cores, finding.fix)
+    # The loader computes: a sleeping one uses ~0.02 of a core. Where other processes hold the
+    # cores it gets less than it wants, but still far more than a sleeper.
+    assert cores > (0.5 if finding.severity == "warning" else 0.2), finding.evidence
+    if finding.severity == "warning":
+        # At a whole core the fix says to profile the Python between steps, else to look for
+        # waits; on a shared host it says to give the job its cores.
+        assert ("keeps a core busy" in finding.fix) == (cores >= 0.9), (cores, finding.fix)
