@@ -185,6 +185,33 @@ class Device:
     runtime_address: str | None = None  # TPU: the libtpu metrics service its counters came from
 
 
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """One branch of a conditional (xmon.execution.loop_cost): its cost per run, per device,
+    as the program's figures count it, and the instructions whose profiler events mark a run
+    of it."""
+
+    flops: float  # loop-aware, with the GEMM custom-calls XLA leaves out
+    bytes_accessed: float
+    # Instructions at the branch's top level that run kernels or ops (fusions, calls, loops):
+    # each runs once a run of the branch; none where the branch runs nothing of its own
+    ops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Conditional:
+    """A conditional (lax.cond, lax.switch) whose branches do different work: the program's
+    figures count its costliest branch every run, until samples show which ones run
+    (xmon.execution.branches)."""
+
+    name: str  # the conditional instruction, as the profiler names its op
+    branches: tuple[Branch, ...]
+    # What the program's figures count for one run of it: XLA's costliest branch per figure
+    # (its FLOPs and its GEMM custom-calls' each the most of any branch)
+    counted_flops: float = 0.0
+    counted_bytes_accessed: float = 0.0
+
+
 # Slots: the daemon holds up to 4,096 programs per job, ~1.2 KiB less each without a __dict__.
 @dataclass(frozen=True, slots=True, weakref_slot=True)
 class Program:
@@ -211,6 +238,12 @@ class Program:
     flops_upper_bound: bool = False
     loops: int = 0  # while loops in the optimized HLO
     loops_unknown_trip_count: int = 0
+    # Those conditionals, described where every one of them could be (none otherwise): the
+    # daemon counts the branches its samples see run in their place (flops_branch_mix).
+    conditionals: tuple[Conditional, ...] = ()
+    # flops and bytes_accessed count each conditional's branches as often as the execution
+    # ledger's samples saw them run, not its costliest every time (no longer an upper bound)
+    flops_branch_mix: bool = False
     argument_bytes: int | None = None
     output_bytes: int | None = None
     alias_bytes: int | None = None
@@ -640,10 +673,25 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
     return _to_plain(snapshot)  # type: ignore[no-any-return]
 
 
+# Fields the daemon keeps for itself and views do not get: what a program's conditionals are
+# (the daemon reads its samples with them; views get what came of it, ``flops_branch_mix``).
+NOT_SENT = {"Program": frozenset({"conditionals"})}
+
+
+def sent_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a model class a snapshot sends views."""
+    held = NOT_SENT.get(cls.__name__, frozenset())
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in held)
+
+
+@functools.cache
+def _plain_fields(cls: type) -> tuple[str, ...]:
+    return sent_fields(cls)
+
+
 def _to_plain(value: Any) -> Any:
-    fields = getattr(type(value), "__dataclass_fields__", None)
-    if fields is not None:
-        return {name: _to_plain(getattr(value, name)) for name in fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _to_plain(getattr(value, name)) for name in _plain_fields(type(value))}
     if isinstance(value, tuple | list):
         return [_to_plain(item) for item in value]
     if isinstance(value, dict):

@@ -18,7 +18,13 @@ import psutil
 
 from xmon.daemon import memory
 from xmon.daemon.bounds import Limits, StateBudget, connection_cap
-from xmon.daemon.intake.convert import hello_of, report_of
+from xmon.daemon.intake.convert import (
+    MAX_BRANCH_OPS,
+    MAX_BRANCHES,
+    MAX_CONDITIONALS,
+    hello_of,
+    report_of,
+)
 from xmon.daemon.jobs import JobState
 from xmon.daemon.ledger_reader import LedgerReader
 from xmon.execution.ledger import JobLedger
@@ -129,6 +135,36 @@ def test_job_and_total_memory_bounds() -> None:
     assert budget.in_use <= 3 << 19 and budget.refused["state_bytes"] > 0
     first.release()
     assert budget.in_use == second.held_bytes  # a job that leaves gives its bytes back
+
+
+def _with_conditionals(program: xmon_pb2.ProgramInfo) -> xmon_pb2.ProgramInfo:
+    """The program with as many conditionals as the intake takes, of long names."""
+    program.flops_upper_bound = True
+    for c in range(MAX_CONDITIONALS):
+        conditional = program.conditionals.add(name="c" * 128 + str(c), counted_flops=1.0)
+        for _ in range(MAX_BRANCHES):
+            conditional.branches.add(flops=1.0, ops=["o" * 128] * MAX_BRANCH_OPS)
+    return program
+
+
+def test_a_program_s_conditionals_count_against_the_job_s_bytes() -> None:
+    """A program sent again with its conditionals described grows what the job holds by
+    their size, within the job's bound: past it, the program stays as it was."""
+    budget = StateBudget(Limits(job_bytes=1 << 20))
+    state = job(_hello(), budget)
+    take(state, xmon_pb2.AgentReport(programs=_programs(1)))
+    before = state.held_bytes
+    take(state, xmon_pb2.AgentReport(programs=[_with_conditionals(_programs(1)[0])]))
+    grown = state.held_bytes - before
+    assert grown > MAX_CONDITIONALS * MAX_BRANCHES * MAX_BRANCH_OPS * 128  # its strings at least
+    (kept,) = state.programs.values()
+    assert len(kept.conditionals) == MAX_CONDITIONALS
+    small = StateBudget(Limits(job_bytes=before + grown // 2))
+    tight = job(_hello(2), small)
+    take(tight, xmon_pb2.AgentReport(programs=_programs(1)))
+    take(tight, xmon_pb2.AgentReport(programs=[_with_conditionals(_programs(1)[0])]))
+    (kept,) = tight.programs.values()
+    assert kept.conditionals == () and small.refused["job_bytes"] == 1
 
 
 def test_a_snapshot_too_large_for_a_message_still_reaches_views() -> None:

@@ -31,6 +31,8 @@ Cases (the patterns the execution ledger must get right):
 * ``branches``: a ``lax.cond`` whose data picks its costly branch one step in four; the truth
   is what ran (``flops_per_step``) and XLA's figure, the costliest branch every step
   (``costliest_flops_per_step``);
+* ``switch_layers``: a ``lax.switch`` in a scan over 6 layers, each layer's branch picked by
+  its index and the step, each branch twice a step; truth and XLA's figure as ``branches``;
 * ``data_movement``: the train step, then a program that only moves data (a roll along the
   features): XLA's cost analysis gives it no FLOPs key, and it does none.
 * ``many_ops``: a step of 600 calls of a tiny jitted update (an optimizer stepped leaf by leaf):
@@ -231,6 +233,43 @@ def branches() -> tuple[Job, float]:
     return Job(step, flops, analytic), all_device_flops(step_program)
 
 
+SWITCH_LAYERS = 6  # the switch_layers case: layers, each taking one of three branches
+
+
+def switch_layers() -> tuple[Job, float]:
+    """A scan over layers whose ``lax.switch`` picks each layer's branch from its index and the
+    step (two matmuls, one, or a scaling: ``(layer + step) % 3``), so every step runs each
+    branch twice, in another order. The truth counts what ran: each branch's own cost, twice;
+    returns the job and XLA's figure for the step program (the costliest branch every layer)."""
+    x, w = _data()
+
+    def one(w: Any, v: Any) -> Any:
+        return jnp.tanh(v @ w)
+
+    def scale(w: Any, v: Any) -> Any:
+        return v * 0.5
+
+    branches = (_layer, one, scale)
+
+    def layers(w: Any, v: Any, k: Any) -> Any:
+        def body(v: Any, layer: Any) -> tuple[Any, None]:
+            return lax.switch((layer + k) % 3, branches, w, v), None
+
+        return lax.scan(body, v, jnp.arange(SWITCH_LAYERS))[0]
+
+    k = jnp.int32(0)
+    step_program = jax.jit(layers).lower(w, x, k).compile()
+    each = [all_device_flops(jax.jit(b).lower(w, x).compile()) for b in branches]
+    flops = SWITCH_LAYERS // 3 * sum(each)
+    state = {"x": x}
+
+    def step(i: int) -> None:
+        state["x"] = step_program(w, state["x"], jnp.int32(i))
+
+    analytic = SWITCH_LAYERS // 3 * 3 * matmul_flops(BATCH, WIDTH, WIDTH)  # 2 + 1 a pair
+    return Job(step, flops, analytic), all_device_flops(step_program)
+
+
 def data_movement() -> Job:
     """The ``aot`` step, then a roll of the activations along their features (each device
     moves its own shard: no collective), which XLA costs with bytes and no FLOPs key."""
@@ -390,6 +429,9 @@ def main(case: str, out: Path) -> None:
         job = scan_layers()
     elif case == "branches":
         job, costliest = branches()
+        extra["costliest_flops_per_step"] = costliest
+    elif case == "switch_layers":
+        job, costliest = switch_layers()
         extra["costliest_flops_per_step"] = costliest
     elif case == "data_movement":
         job = data_movement()

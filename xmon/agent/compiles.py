@@ -54,6 +54,7 @@ _LOOP_COST_FIELDS = (
     "flops_upper_bound",
     "loops",
     "loops_unknown_trip_count",
+    "conditionals",
 )
 
 

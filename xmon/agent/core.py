@@ -417,6 +417,18 @@ def _program_proto(record: Program) -> xmon_pb2.ProgramInfo:
         flops_upper_bound=record.flops_upper_bound,
         loops=record.loops,
         loops_unknown_trip_count=record.loops_unknown_trip_count,
+        conditionals=[
+            xmon_pb2.ConditionalCost(
+                name=c.name,
+                branches=[
+                    xmon_pb2.BranchCost(flops=b.flops, bytes_accessed=b.bytes_accessed, ops=b.ops)
+                    for b in c.branches
+                ],
+                counted_flops=c.counted_flops,
+                counted_bytes_accessed=c.counted_bytes_accessed,
+            )
+            for c in record.conditionals
+        ],
     )
     _copy_known(record, proto, _PROGRAM_OPTIONAL)
     return proto

@@ -176,4 +176,5 @@ def with_loop_cost(program: Program, cost: LoopCost) -> Program:
         flops_upper_bound=cost.upper_bound,
         loops=len(cost.loops),
         loops_unknown_trip_count=cost.unknown_trip_counts,
+        conditionals=cost.conditionals,
     )

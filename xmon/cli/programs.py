@@ -88,6 +88,8 @@ def flops_note(items: list[ProgramRow]) -> str:
         note += f"; {LOWER_BOUND}: a loop of unknown trip count (n? in LOOPS), a lower bound"
     if any(r.flops_upper_bound for r in items):
         note += f"; {UPPER_BOUND}: a conditional's costliest branch counted, an upper bound"
+    if any(r.flops_branch_mix for r in items):
+        note += "; conditionals' branches counted as often as the samples saw them run"
     return note
 
 

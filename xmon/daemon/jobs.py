@@ -24,10 +24,11 @@ from xmon.daemon.received import (
     Report,
     ReportParts,
     clean_label,
+    conditionals_bytes,
 )
 from xmon.execution.ledger import JobLedger
 from xmon.goodput.split import GoodputSplit
-from xmon.model import CompileEvent, DeviceInfo, Program
+from xmon.model import CompileEvent, Conditional, DeviceInfo, Program
 
 
 @dataclass
@@ -87,16 +88,30 @@ class JobState:
     def _add_programs(self, programs: Iterable[Program]) -> None:
         limit = self.budget.limits.programs_per_job
         for program in programs:
-            known = program.fingerprint in self.programs
-            if not known and len(self.programs) >= limit:
+            previous = self.programs.get(program.fingerprint)
+            size = conditionals_bytes(program)
+            if previous is None:
+                size += PROGRAM_BYTES
+            else:
+                size -= conditionals_bytes(previous)
+            if previous is None and len(self.programs) >= limit:
                 self.budget.refuse("programs")
-            elif not known and self.budget.room(self.held_bytes) < PROGRAM_BYTES:
+            elif size > 0 and self.budget.room(self.held_bytes) < size:
                 self.budget.refuse(self.budget.bound_hit(self.held_bytes))
             else:
                 self.programs[program.fingerprint] = program
                 self._programs_sorted = None
-                if not known:
-                    self._account(PROGRAM_BYTES)
+                self._account(size)
+
+    def conditionals_by_id(self) -> dict[int, tuple[Conditional, ...]]:
+        """The conditionals whose branches the job's samples are to count, by the module ids
+        of their programs (xmon.execution.branches)."""
+        return {
+            module: program.conditionals
+            for program in self.programs.values()
+            if program.conditionals
+            for module in program.program_ids
+        }
 
     @property
     def pid(self) -> int:

@@ -127,6 +127,7 @@ class LedgerReader:
                 sample.step_begin_seconds,  # checked in submit
                 sample.steps_marked,
                 sample.anchor_seconds,
+                sample.conditionals,
             )
         except SampleRefused as refusal:
             self._refuse(ledger, refusal)

@@ -47,6 +47,8 @@ CAPABILITY_BYTES = 120  # a Capability (measured: 95)
 FUNCTION_BYTES = 400  # a FunctionCompiles (measured: 330 with 4 changes and 32 arguments,
 ITEM_BYTES = 8  # and 8 more for each change and argument)
 STALL_BYTES = 120  # a Stall (measured: 56)
+CONDITIONAL_BYTES = 300  # a program's Conditional and its branches tuple (measured: ~130)
+BRANCH_BYTES = 250  # each Branch and its ops tuple (measured: ~170 with two ops)
 
 
 def clean_label(value: str) -> str:
@@ -81,6 +83,16 @@ def functions_bytes(functions: tuple[FunctionCompiles, ...]) -> int:
         + sum(map(text_bytes, f.changes))
         + sum(map(text_bytes, f.arguments))
         for f in functions
+    )
+
+
+def conditionals_bytes(program: Program) -> int:
+    """What a program's conditionals hold beside it (its own size is PROGRAM_BYTES)."""
+    return sum(
+        CONDITIONAL_BYTES
+        + text_bytes(c.name)
+        + sum(BRANCH_BYTES + sum(map(text_bytes, b.ops)) for b in c.branches)
+        for c in program.conditionals
     )
 
 

@@ -11,6 +11,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from xmon.execution.branches import BranchMix, BranchTally, branch_mix
 from xmon.execution.samples import SampleReading
 from xmon.wire.protocol import SAMPLE_MAX_BYTES, SAMPLE_MIN_SECONDS, SAMPLE_RECORD_MAX_SECONDS
 
@@ -58,6 +59,8 @@ class LedgerRates:
     busy_ratio_median: Mapping[int, float] = field(default_factory=dict)
     collective_ratio_median: Mapping[int, float] = field(default_factory=dict)
     program_names: Mapping[int, str] = field(default_factory=dict)  # where samples name them
+    # (program id, conditional) -> how its branches ran (xmon.execution.branches)
+    branch_mixes: Mapping[tuple[int, str], BranchMix] = field(default_factory=dict)
 
 
 class JobLedger:
@@ -244,6 +247,11 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
             device_runs[program] += runs
         for device, seconds in sample.device_busy_seconds.items():
             busy[device] += seconds
+    tallies: dict[tuple[int, str], BranchTally] = {}
+    for sample in samples:
+        for key, found in sample.branch_tallies.items():
+            tallies[key] = found if key not in tallies else tallies[key] + found
+    mixes = {key: mix for key, found in tallies.items() if (mix := branch_mix(found))}
     core = sum(s.core_seconds for s in samples)
     sampled = sum(s.duration_seconds for s in samples)
     per_step, steps, stepped_core, from_periods = _per_step(samples)
@@ -274,6 +282,7 @@ def ledger_rates(samples: Iterable[SampleReading]) -> LedgerRates:
         ),
         busy_ratio_median=_median_ratios(samples, lambda s: s.device_busy_seconds),
         program_names={p: name for s in samples for p, name in s.program_names.items()},
+        branch_mixes=mixes,
         collective_ratio_median=_median_ratios(samples, lambda s: s.device_collective_seconds),
     )
 

@@ -42,6 +42,7 @@ from xmon.execution.trip_count import annotated_trips, trip_count
 from xmon.hlo.graph import GEMM_CALL_TARGETS, Computation, Instruction, ModuleGraph
 from xmon.hlo.proto import read_module, scan_module
 from xmon.hlo.text import KNOWN_TRIP_COUNT, parse_modules
+from xmon.model import Branch, Conditional
 
 # XLA's cost of the module given (text, or a serialized HloModuleProto; its ENTRY is the
 # computation wanted): the dict of HloCostAnalysis ("flops", "transcendentals",
@@ -110,6 +111,9 @@ class LoopCost:
     # work could not be compared: XLA counts the costliest branch, so the figures are an upper
     # bound on a run that takes a cheaper one (they are exact where every branch costs the same).
     uneven_conditionals: int = 0
+    # Those conditionals with each branch's cost and the ops that mark a run of it, where
+    # every one of them could be described (else none: the bound stays)
+    conditionals: tuple[Conditional, ...] = ()
 
     @property
     def upper_bound(self) -> bool:
@@ -390,7 +394,7 @@ def _modules_cost(modules: Sequence[Module], xla_cost: XlaCost | None, max_calls
     extra: Cost | None = Cost()
     gemm = 0.0
     reason: str | None = None
-    uneven = 0
+    uneven: list[Conditional | None] = []
     for module in modules:
         found = find_loops(module)
         loops += found
@@ -412,7 +416,12 @@ def _modules_cost(modules: Sequence[Module], xla_cost: XlaCost | None, max_calls
     if extra is not None:  # GEMM FLOPs are reported whole, in custom_call_flops
         extra = Cost(extra.flops, extra.transcendentals, extra.bytes_accessed)
     reason = reason if extra is None else None
-    return LoopCost(tuple(loops), extra, gemm, reason, uneven_conditionals=uneven)
+    described = tuple(c for c in uneven if c is not None)
+    if len(described) < len(uneven) or len(described) > MAX_CONDITIONALS:
+        described = ()  # a bound on one of them: the samples cannot make the figures exact
+    return LoopCost(
+        tuple(loops), extra, gemm, reason, uneven_conditionals=len(uneven), conditionals=described
+    )
 
 
 def _module_cost(
@@ -428,36 +437,75 @@ def _module_cost(
     return extra, gemm, costing.xla_ok or not loops
 
 
-def _conditionals(module: Module) -> list[list[str]]:
-    """The branches of every conditional the module's entries run (nested ones included)."""
+def _conditionals(module: Module) -> list[tuple[str, list[str]]]:
+    """Every conditional the module's entries run (nested ones included): its name and its
+    branches."""
     found = []
     for name in dict.fromkeys(n for root in module.roots() for n in module.reachable(root)):
         for instruction in module.computations[name].instructions:
             if instruction.opcode == "conditional":
                 names, _ = instruction.called()
-                found.append([n for n in names if n in module.computations])
+                found.append((instruction.name, [n for n in names if n in module.computations]))
     return found
+
+
+MAX_CONDITIONALS = 8  # described per program; past that the bound stays
+MAX_BRANCH_OPS = 2  # instructions per branch whose events mark its runs
+# Instructions that run no kernel or op of their own: their profiler events (where they have
+# any) do not mark a run of their branch.
+_NO_OP_OPCODES = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
+    "add-dependency", "opt-barrier", "partition-id", "replica-id", "domain",
+})  # fmt: skip
 
 
 def uneven_conditionals(
     module: Module, loops: Mapping[str, Loop], xla_cost: XlaCost | None, max_calls: int
-) -> int:
+) -> list[Conditional | None]:
     """Conditionals whose branches do different work (FLOPs, transcendentals or GEMM FLOPs,
     each branch loop-aware), or whose branches could not all be costed: of those XLA's figure
-    is the costliest branch, whichever one runs."""
-    branches_of = [b for b in _conditionals(module) if len(set(b)) > 1]
+    is the costliest branch, whichever one runs. Each with its branches' costs where known
+    (None where not)."""
+    branches_of = [(c, b) for c, b in _conditionals(module) if len(set(b)) > 1]
     if not branches_of:
-        return 0
+        return []
     costing = _Costing(module, loops, xla_cost, max_calls)
-    uneven = 0
-    for branches in branches_of:
+    uneven: list[Conditional | None] = []
+    for name, branches in branches_of:
         try:
             costs = [costing.aware(branch) for branch in branches]
         except _Budget:
             costs = []
-        if not costing.xla_ok or not costs or not _same_work(costs):
-            uneven += 1
+        if costing.xla_ok and costs and _same_work(costs):
+            continue
+        known = costing.xla_ok and len(costs) == len(branches)
+        uneven.append(_described(module, name, branches, costs) if known else None)
     return uneven
+
+
+def _described(
+    module: Module, name: str, branches: Sequence[str], costs: Sequence[Cost]
+) -> Conditional:
+    """The conditional as the daemon reads its samples for it: each branch's FLOPs as the
+    program's figure counts them (XLA's and the GEMM custom-calls, each the costliest
+    branch's), and the ops that mark its runs."""
+    return Conditional(
+        name=name,
+        branches=tuple(
+            Branch(
+                flops=cost.flops + cost.gemm_flops,
+                bytes_accessed=cost.bytes_accessed,
+                ops=tuple(
+                    i.name
+                    for i in module.computations[branch].instructions
+                    if i.opcode not in _NO_OP_OPCODES
+                )[:MAX_BRANCH_OPS],
+            )
+            for branch, cost in zip(branches, costs, strict=True)
+        ),
+        counted_flops=max(c.flops for c in costs) + max(c.gemm_flops for c in costs),
+        counted_bytes_accessed=max(c.bytes_accessed for c in costs),
+    )
 
 
 def _same_work(costs: list[Cost]) -> bool:

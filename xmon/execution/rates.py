@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from xmon.execution.branches import mixed_cost
 from xmon.execution.ledger import LedgerRates
 from xmon.model import Program, StepBreakdown
 
@@ -86,7 +87,7 @@ def with_ledger(
         for i in ids
         if i in rates.device_seconds_per_execution
     ]
-    return dataclasses.replace(
+    counted = dataclasses.replace(
         program,
         executions=sum(rates.executions.get(i, 0) for i in ids),
         executions_per_second=per_second,
@@ -95,6 +96,34 @@ def with_ledger(
         executions_counted_at=rates.last_sample_at,
         executions_source=LEDGER,
         device_seconds_per_execution=_weighted_mean(device_times),
+    )
+    return with_branch_mix(counted, rates, ids)
+
+
+def with_branch_mix(program: Program, rates: LedgerRates, ids: Iterable[int]) -> Program:
+    """The program with its FLOPs and bytes counting each of its conditionals' branches as
+    often as the samples saw them run (xmon.execution.branches), no longer an upper bound.
+    Unchanged unless every conditional that made it one ran in the samples, under one of its
+    module ``ids`` (the one that ran the most where several did)."""
+    if not program.conditionals or not program.flops_upper_bound:
+        return program
+    ran = sorted(ids, key=lambda i: rates.executions.get(i, 0), reverse=True)
+    flops = moved = 0.0
+    for conditional in program.conditionals:
+        mix = next((m for i in ran if (m := rates.branch_mixes.get((i, conditional.name)))), None)
+        if mix is None:
+            return program
+        added_flops, added_bytes = mixed_cost(conditional, mix)
+        flops += added_flops
+        moved += added_bytes
+    return dataclasses.replace(
+        program,
+        flops=None if program.flops is None else max(0.0, program.flops + flops),
+        bytes_accessed=(
+            None if program.bytes_accessed is None else max(0.0, program.bytes_accessed + moved)
+        ),
+        flops_upper_bound=False,
+        flops_branch_mix=True,
     )
 
 

@@ -45,6 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from xmon.execution.branches import BranchTally, tally, watched_ops
 from xmon.execution.xplane import (
     HLO_MODULE,
     LAUNCH_NAME,
@@ -63,6 +64,7 @@ from xmon.execution.xspace_bounds import (
     SpaceReader,
     check_ids,
 )
+from xmon.model import Conditional
 from xmon.wire.proto import xplane_pb2
 from xmon.wire.protocol import SAMPLE_ANCHOR
 
@@ -113,6 +115,9 @@ class ExecutionSample:
     step_begin_seconds: tuple[float, ...] = ()
     steps_marked: bool = False
     anchor_seconds: float | None = None
+    # by program id, the job's conditionals whose branches the sample's ops count (the
+    # daemon's, from its catalogue of the job's programs: not sent)
+    conditionals: Mapping[int, tuple[Conditional, ...]] = field(default_factory=dict)
 
 
 class SampleUnreadable(Exception):
@@ -183,6 +188,9 @@ class SampleReading:
     # sample stops inside a step, whose remainder (a compile, a host-bound stretch) is not
     # the core's.
     core_busy_seconds: Mapping[int, float] | None = None
+    # (program id, conditional) -> how its branches ran in the whole sample, for the programs'
+    # conditionals the daemon asked about (xmon.execution.branches)
+    branch_tallies: Mapping[tuple[int, str], BranchTally] = field(default_factory=dict)
 
 
 class _Intervals:
@@ -239,6 +247,14 @@ class _SampleParser:
         # When the host dispatched executions (XSpace clock): a job's step begins and its
         # dispatches are on the same thread.
         self.dispatches: list[int] = []
+        # The ops of conditionals whose branches are counted (xmon.execution.branches), by
+        # program id, and the starts of each on each device: (program, device, op) -> starts
+        self.watched: dict[int, frozenset[str]] = {}
+        self.watched_starts: defaultdict[tuple[int, int, str], list[int]] = defaultdict(list)
+        # ... and when each execution of those programs began on each device: (program,
+        # device) -> run -> its first op's start (with run ids), or module events' starts
+        self.watched_runs: defaultdict[tuple[int, int], dict[int, int]] = defaultdict(dict)
+        self.watched_modules: defaultdict[tuple[int, int], list[int]] = defaultdict(list)
 
     def _anchor_ids(self, plane: xplane_pb2.XPlane) -> frozenset[int]:
         """The event metadata ids of the agent's anchor annotation in ``plane`` (none once an
@@ -328,6 +344,8 @@ class _SampleParser:
         if on_modules:  # one event per execution; its ops are on the other lines
             if run is None:
                 self.module_starts[program][plane.name].append(start)
+                if plane_device is not None and program in self.watched:
+                    self.watched_modules[(program, plane_device)].append(start)
             return
         ordinal = values.get(DEVICE_ORDINAL)
         device = plane_device if plane_device is not None else ordinal
@@ -349,6 +367,14 @@ class _SampleParser:
         op = values.get(HLO_OP)
         if is_collective(op if isinstance(op, str) else self._names.get(event.metadata_id, "")):
             self.collective_ops[device].add(start, end)
+        watched = self.watched.get(program) if self.watched else None
+        if watched is not None:
+            if run is not None:
+                first = self.watched_runs[(program, device)].get(run)
+                if first is None or start < first:
+                    self.watched_runs[(program, device)][run] = start
+            if isinstance(op, str) and op in watched:
+                self.watched_starts[(program, device, op)].append(start)
 
     def _add_launch(self, values: Mapping[str, StatValue], start: int) -> None:
         run, name = values.get(RUN_ID), values.get(LAUNCH_NAME)
@@ -399,11 +425,14 @@ def parse_sample(
     step_begins: Sequence[float] = (),
     steps_marked: bool = False,
     anchor_seconds: float | None = None,
+    conditionals: Mapping[int, tuple[Conditional, ...]] | None = None,
 ) -> SampleReading:
     """Read one sample's XSpace; ``step_begins`` are the marked steps' begins during it, in
     seconds since it started, and ``anchor_seconds`` when the agent's anchor annotation began
-    on the same clock. Raises SampleUnreadable for bytes that are not a sample."""
+    on the same clock; ``conditionals``: by program id, those whose branches to count. Raises
+    SampleUnreadable for bytes that are not a sample."""
     parser = _SampleParser()
+    parser.watched = {p: watched_ops(c) for p, c in (conditionals or {}).items() if c}
     try:
         reader = SpaceReader(data, SAMPLE_BOUNDS)
         for header, lines in reader.planes():
@@ -415,7 +444,37 @@ def parse_sample(
     reading = reading_from(
         parser, started_at, duration_seconds, step_begins, steps_marked, anchor_seconds
     )
-    return dataclasses.replace(reading, recorded_bytes=len(data))
+    return dataclasses.replace(
+        reading,
+        recorded_bytes=len(data),
+        branch_tallies=_branch_tallies(parser, conditionals or {}),
+    )
+
+
+def _branch_tallies(
+    parser: _SampleParser, conditionals: Mapping[int, tuple[Conditional, ...]]
+) -> dict[tuple[int, str], BranchTally]:
+    """Each watched conditional's tally, by (program id, conditional), for the programs the
+    sample saw run."""
+    seen: defaultdict[int, dict[tuple[int, str], list[int]]] = defaultdict(dict)
+    for (program, device, op), starts in parser.watched_starts.items():
+        seen[program][(device, op)] = sorted(starts)
+    executions: defaultdict[int, dict[int, list[int]]] = defaultdict(dict)
+    for (program, device), runs in parser.watched_runs.items():
+        executions[program][device] = sorted(runs.values())
+    for (program, device), starts in parser.watched_modules.items():
+        executions[program].setdefault(device, sorted(starts))
+    result = {}
+    for program, watched in conditionals.items():
+        ran = executions.get(program)
+        if not ran:
+            continue  # it did not run: the sample says nothing of its conditionals
+        for conditional in watched:
+            found = tally(conditional, seen.get(program, {}), ran)
+            result[(program, conditional.name)] = found or BranchTally.none_seen(
+                len(conditional.branches), sum(len(s) for s in ran.values())
+            )
+    return result
 
 
 def reading_from(

@@ -164,7 +164,8 @@ _JOB_METRICS = (
        "series limit).", JOB, "", "len(Job.programs)"),
     _g("xmon_job_program_flops", "FLOPs of one execution per device, loop-aware: XLA's cost "
        "analysis with every while-loop body counted once per trip, plus GEMM custom-calls it "
-       "omits. A lower bound where xmon_job_program_flops_lower_bound is 1, an upper bound "
+       "omits, and each conditional's branches as often as the execution ledger's samples saw "
+       "them run. A lower bound where xmon_job_program_flops_lower_bound is 1, an upper bound "
        "where xmon_job_program_flops_upper_bound is 1." + _FOLD,
        PROGRAM, "", _PROG + "flops"),
     _g("xmon_job_program_flops_xla", "FLOPs of one execution per device as XLA's cost analysis "
@@ -175,7 +176,8 @@ _JOB_METRICS = (
        PROGRAM, "", _PROG + "flops_lower_bound"),
     _g("xmon_job_program_flops_upper_bound", "1 if the program has a conditional (lax.cond, "
        "lax.switch) whose branches do different work: XLA counts the costliest branch, so its "
-       "FLOPs are an upper bound for a run that takes a cheaper one; else 0. For "
+       "FLOPs are an upper bound for a run that takes a cheaper one, until the execution "
+       "ledger's samples show which branches run (then 0); else 0. For "
        f'program="{OTHER_PROGRAM}" 1 if any folded program is.',
        PROGRAM, "", _PROG + "flops_upper_bound"),
     _g("xmon_job_program_loops", "While loops in the program's optimized HLO." + _FOLD,
@@ -238,8 +240,9 @@ _STEP_METRICS = (
        "so FLOPs per step, hardware FLOP/s and HFU are lower bounds; else 0. Absent while FLOPs "
        "per step are unknown.", JOB, "", "Job.utilization.flops_lower_bound"),
     _g("xmon_job_flops_upper_bound", "1 if some step program has a conditional whose branches "
-       "do different work, so FLOPs per step, hardware FLOP/s and HFU count its costliest "
-       "branch and are upper bounds; else 0. Absent while FLOPs per step are unknown.",
+       "do different work and no sample has shown which run, so FLOPs per step, hardware "
+       "FLOP/s and HFU count its costliest branch and are upper bounds; else 0. Absent while "
+       "FLOPs per step are unknown.",
        JOB, "", "Job.utilization.flops_upper_bound"),
     _g("xmon_job_model_flops_per_step", "Model FLOPs of one step as the user declared them "
        "(xmon.declare_model_flops or xmon.step(flops=...), e.g. 6 x parameters x tokens); "

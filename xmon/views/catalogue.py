@@ -33,6 +33,7 @@ class ProgramRow:
     flops_xla: float | None  # XLA's cost analysis as reported (each loop body once)
     flops_lower_bound: bool  # a loop of unknown trip count: flops and bytes are lower bounds
     flops_upper_bound: bool  # a conditional's branches differ: flops count the costliest one
+    flops_branch_mix: bool  # ... and flops count them as often as samples saw them run instead
     loops: int  # while loops in the optimized HLO
     loops_unknown_trip_count: int
     bytes_accessed: float | None
@@ -73,7 +74,8 @@ def _row(job: Job, program: Program, ridge: float | None) -> ProgramRow:
         fun_name=program.fun_name, device_kind=kinds.pop() if len(kinds) == 1 else None,
         num_devices=program.num_devices, flops=program.flops, flops_xla=program.flops_xla,
         flops_lower_bound=program.flops_lower_bound,
-        flops_upper_bound=program.flops_upper_bound, loops=program.loops,
+        flops_upper_bound=program.flops_upper_bound,
+        flops_branch_mix=program.flops_branch_mix, loops=program.loops,
         loops_unknown_trip_count=program.loops_unknown_trip_count,
         bytes_accessed=program.bytes_accessed, arithmetic_intensity=intensity,
         ridge_point=ridge, bound=derived.bound_by(intensity, ridge),

@@ -64,7 +64,8 @@ _AGENT_COUNTERS = {
 }
 _PROGRAM_FIELDS = (
     "fingerprint", "name", "fun_name", "num_devices", "flops", "flops_xla", "custom_call_flops",
-    "flops_lower_bound", "flops_upper_bound", "loops", "loops_unknown_trip_count",
+    "flops_lower_bound", "flops_upper_bound", "flops_branch_mix", "loops",
+    "loops_unknown_trip_count",
     "transcendentals",
     "bytes_accessed", "bytes_accessed_xla", "argument_bytes", "output_bytes", "alias_bytes",
     "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "compile_seconds", "compiled_at",

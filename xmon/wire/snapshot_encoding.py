@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from xmon.model import Job, Program, Snapshot, snapshot_to_dict
+from xmon.model import Job, Program, Snapshot, sent_fields, snapshot_to_dict
 from xmon.wire.proto import xmon_pb2
 
 # A snapshot as it goes to a view: a SnapshotMessage (its JSON, gzip-compressed when large). The
@@ -31,14 +31,14 @@ EncodedSnapshot: TypeAlias = xmon_pb2.SnapshotMessage
 # Snapshots for views are gzip-compressed from this size on (JSON shrinks about tenfold), so a
 # large one still fits in a message; smaller ones cost no compression.
 GZIP_FROM_BYTES = 256 * 1024
-_PROGRAM_FIELDS = tuple(f.name for f in dataclasses.fields(Program))
+_PROGRAM_FIELDS = sent_fields(Program)  # not its conditionals (xmon.model.NOT_SENT)
 _program_values = operator.attrgetter(*_PROGRAM_FIELDS)
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def program_dict(program: Program) -> dict[str, object]:
-    """``snapshot_to_dict``'s form of one program, built in one step (every field of a
-    Program is a plain value or a tuple of ints, which JSON writes as a list)."""
+    """``snapshot_to_dict``'s form of one program, built in one step (every field sent is a
+    plain value or a tuple of ints, which JSON writes as a list)."""
     return dict(zip(_PROGRAM_FIELDS, _program_values(program), strict=True))
 
 

@@ -15,9 +15,18 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from xmon.daemon.bounds import Limits, StateBudget
-from xmon.daemon.intake.convert import hello_of, oom_of, report_of, sample_of
+from xmon.daemon.intake.convert import (
+    MAX_BRANCH_OPS,
+    MAX_BRANCHES,
+    MAX_CONDITIONALS,
+    hello_of,
+    oom_of,
+    program_of,
+    report_of,
+    sample_of,
+)
 from xmon.daemon.intake.sanitize import scrub
-from xmon.daemon.received import MemoryReading, StepCounters
+from xmon.daemon.received import MemoryReading, StepCounters, conditionals_bytes
 from xmon.execution.samples import MAX_STEP_BEGINS, ExecutionSample
 from xmon.findings.recompiles import FunctionCompiles
 from xmon.goodput.account import BUCKETS
@@ -270,3 +279,60 @@ def test_the_estimate_of_a_hello_covers_what_it_holds() -> None:
     ]  # fmt: skip
     size, kept = _held(lambda i: hello_of(messages[i], budget), 40)
     assert size <= kept[0].estimated_bytes <= 2 * size
+
+
+# --- a program's conditionals ------------------------------------------------------------------
+
+
+def _program(conditionals: int = 1, branches: int = 2, ops: int = 2, **numbers: float) -> Any:
+    program = xmon_pb2.ProgramInfo(fingerprint="p", name="jit_step", flops_upper_bound=True)
+    for c in range(conditionals):
+        conditional = program.conditionals.add(
+            name=f"cond.{c}", counted_flops=numbers.get("counted_flops", 9.0),
+            counted_bytes_accessed=8.0,
+        )  # fmt: skip
+        for b in range(branches):
+            conditional.branches.add(
+                flops=numbers.get("flops", float(b + 1)), bytes_accessed=float(b),
+                ops=[f"fusion.{c}.{b}.{k}" + "\x00" for k in range(ops)],
+            )  # fmt: skip
+    return program
+
+
+def test_a_program_s_conditionals_are_kept_with_their_names_cleaned() -> None:
+    (conditional,) = program_of(_program()).conditionals
+    assert conditional.name == "cond.0" and conditional.counted_flops == 9.0
+    assert [b.flops for b in conditional.branches] == [1.0, 2.0]
+    assert conditional.branches[1].ops == ("fusion.0.1.0?", "fusion.0.1.1?")
+    # only a program the agent said is an upper bound has its branches counted
+    lower = _program()
+    lower.flops_upper_bound = False
+    assert program_of(lower).conditionals == ()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"conditionals": MAX_CONDITIONALS + 1},
+        {"branches": MAX_BRANCHES + 1},
+        {"branches": 1},
+        {"ops": MAX_BRANCH_OPS + 1},
+        {"flops": math.nan},
+        {"flops": -1.0},
+        {"counted_flops": math.inf},
+    ],
+)
+def test_conditionals_past_a_bound_or_not_a_cost_are_all_left_out(bad: dict[str, Any]) -> None:
+    """One conditional left out would make the others' count look exact: none is kept, and
+    the program's figures stay the upper bound they are."""
+    program = program_of(_program(**bad))
+    assert program.conditionals == () and program.flops_upper_bound
+
+
+def test_the_estimate_of_a_program_s_conditionals_covers_what_they_hold() -> None:
+    messages = [_program(MAX_CONDITIONALS, 8, MAX_BRANCH_OPS) for _ in range(20)]
+    for i, message in enumerate(messages):
+        message.fingerprint = f"p{i}"
+    size, kept = _held(lambda i: program_of(messages[i]).conditionals, 20)
+    estimate = conditionals_bytes(program_of(messages[0]))
+    assert size <= estimate <= 2.5 * size

@@ -31,7 +31,7 @@ from xmon.execution.samples import (
     parse_sample,
     rarer_periods,
 )
-from xmon.model import Program
+from xmon.model import Branch, Conditional, Program
 from xmon.wire.proto import xplane_pb2 as xp
 from xmon.wire.protocol import SAMPLE_ANCHOR, SAMPLE_MIN_SECONDS, SAMPLE_RECORD_MAX_SECONDS
 
@@ -765,3 +765,68 @@ def test_each_refusal_for_size_halves_the_length_down_to_the_shortest_sample() -
         assert ledger.sample_seconds_most == 0.25
     ledger.refused_as_too_large(0.001)
     assert ledger.sample_seconds_most == SAMPLE_MIN_SECONDS
+
+
+# --- conditionals: the branches a sample saw run -----------------------------------------------
+
+BRANCHY = Conditional(
+    name="cond.1",
+    branches=(Branch(1e6, 4e3, ("scale_fusion",)), Branch(9e6, 8e3, ("dot_fusion",))),
+    counted_flops=9e6,
+    counted_bytes_accessed=8e3,
+)
+
+
+def branch_space(taken: Sequence[int], devices: int = 2) -> xp.XSpace:
+    """Program 7 every 10 ms on each device: its conditional, then the branch ``taken[i]``
+    (its op), as the CPU backend records them (one run id an execution and device)."""
+    plane = host_plane()
+    line = plane.lines.add(name="tf_XLAExecute/1")
+
+    def op(name: str, run: int, device: int, at_ms: float, length_ms: float) -> None:
+        line.events.append(xp.XEvent(
+            offset_ps=int(at_ms * MS), duration_ps=int(length_ms * MS),
+            stats=[xp.XStat(metadata_id=PROGRAM, int64_value=7),
+                   xp.XStat(metadata_id=RUN, int64_value=run),
+                   xp.XStat(metadata_id=ORDINAL, int64_value=device),
+                   xp.XStat(metadata_id=OP, str_value=name)]))  # fmt: skip
+
+    for i, branch in enumerate(taken):
+        for device in range(devices):
+            run = 100 * i + device
+            at = 2.0 + 10.0 * i
+            op("input_fusion", run, device, at, 0.5)
+            op("cond.1", run, device, at + 1.0, 3.0)
+            op(BRANCHY.branches[branch].ops[0], run, device, at + 1.5, 2.0 if branch else 0.5)
+    return xp.XSpace(planes=[plane])
+
+
+def test_a_sample_counts_the_branches_of_the_conditionals_it_is_asked_about() -> None:
+    taken = [1, 0, 0, 0, 1, 0, 0, 0, 1, 0]
+    space = branch_space(taken)
+    reading = parse(space, 0.1, conditionals={7: (BRANCHY,)})
+    found = reading.branch_tallies[(7, "cond.1")]
+    # on each of two devices: 9 whole executions, the costly branch in 3 of them (the 1st, 5th
+    # and 9th): a third, where it runs one in four, as its own whole periods say
+    assert (found.executions, found.conditional_runs, found.branch_runs) == (18, 18, (12, 6))
+    mix = ledger_rates([reading]).branch_mixes[(7, "cond.1")]
+    assert mix.shares == pytest.approx((0.75, 0.25)) and mix.runs_per_execution == 1.0
+    # not asked about: nothing kept of its ops
+    assert parse(space, 0.1).branch_tallies == {}
+
+
+def test_a_program_counts_the_branches_that_ran_instead_of_the_costliest() -> None:
+    reading = parse(branch_space([1, 0, 0, 0] * 3), 0.12, conditionals={7: (BRANCHY,)})
+    ledger = ledger_rates([reading])
+    program = Program(
+        fingerprint="f", name="jit_step", flops=10e6, bytes_accessed=9e3,
+        flops_upper_bound=True, conditionals=(BRANCHY,), program_ids=(7,),
+    )  # fmt: skip
+    counted = rates.with_ledger(program, ledger, steps_per_second=None)
+    assert counted.flops_branch_mix and not counted.flops_upper_bound
+    assert counted.flops == pytest.approx(10e6 - 9e6 + 0.75 * 1e6 + 0.25 * 9e6)
+    assert counted.bytes_accessed == pytest.approx(9e3 - 8e3 + 0.75 * 4e3 + 0.25 * 8e3)
+    # a conditional the samples never saw run leaves the bound as it is
+    other = replace(BRANCHY, name="cond.2")
+    unseen = rates.with_ledger(replace(program, conditionals=(BRANCHY, other)), ledger, None)
+    assert unseen.flops == 10e6 and unseen.flops_upper_bound and not unseen.flops_branch_mix

@@ -565,6 +565,24 @@ def test_branches_that_do_different_work_make_an_upper_bound(form: str) -> None:
 
 
 @pytest.mark.parametrize("form", FORMS)
+def test_an_uneven_conditional_is_described_for_the_daemon_to_count_its_branches(
+    form: str,
+) -> None:
+    """Each branch's cost, and the instructions whose events mark a run of it (its top-level
+    ones that compute: not its parameter); what the figure counts is the costliest branch."""
+    (conditional,) = analyse(form, _conditional(MORE_WORK), fake_xla_cost).conditionals
+    assert conditional.name == "c"
+    cheap, other = conditional.branches
+    assert (cheap.flops, cheap.ops) == (8.0, ("am",))
+    assert (other.flops, other.ops) == (16.0, ("b1", "b2"))
+    assert conditional.counted_flops == 16.0
+    assert conditional.counted_bytes_accessed == max(cheap.bytes_accessed, other.bytes_accessed)
+    assert analyse(form, _conditional(SAME_WORK), fake_xla_cost).conditionals == ()
+    # not costed: the bound stays, with nothing to count its branches by
+    assert analyse(form, _conditional(MORE_WORK), None).conditionals == ()
+
+
+@pytest.mark.parametrize("form", FORMS)
 def test_branches_that_cannot_be_costed_are_not_shown_exact(form: str) -> None:
     assert analyse(form, _conditional(SAME_WORK), None).upper_bound
     assert analyse(form, _conditional(SAME_WORK), lambda module: None).upper_bound

@@ -12,7 +12,7 @@ job announcing 20,000 devices costs what 256 do.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -57,9 +57,11 @@ from xmon.findings.recompiles import FunctionCompiles
 from xmon.goodput.account import BUCKETS as ACCOUNT_BUCKETS
 from xmon.model import (
     AgentHealth,
+    Branch,
     Capability,
     CompileEvent,
     CompileStats,
+    Conditional,
     DeviceInfo,
     FleetIdentity,
     Program,
@@ -68,6 +70,11 @@ from xmon.wire.proto import xmon_pb2
 from xmon.wire.protocol import optional_field_names
 
 MAX_PROGRAM_IDS = 64  # module ids kept per program (agents send at most 16)
+# A program's conditionals taken, their branches and each branch's ops (the agent sends at most
+# 8 conditionals, of two ops a branch; lax.switch has a branch per case)
+MAX_CONDITIONALS = 8
+MAX_BRANCHES = 64
+MAX_BRANCH_OPS = 2
 MAX_FUNCTIONS = 16  # recompiled functions kept (the agent sends at most 16)
 MAX_CAPABILITIES = 16  # the agent has 7; a report with more is cut, not trusted
 # A next-sample time further from the report than this is not a schedule (a broken clock or
@@ -391,17 +398,56 @@ def program_of(p: xmon_pb2.ProgramInfo) -> Program:
         flops_upper_bound=p.flops_upper_bound,
         loops=p.loops,
         loops_unknown_trip_count=p.loops_unknown_trip_count,
+        conditionals=conditionals_of(p.conditionals) if p.flops_upper_bound else (),
         **optional,
     )
+
+
+def conditionals_of(sent: Sequence[xmon_pb2.ConditionalCost]) -> tuple[Conditional, ...]:
+    """A program's conditionals as the agent described them, or none at all where one of them
+    is past the bounds or holds a number that is not a finite cost: the daemon then leaves the
+    program's figures as the upper bound they are."""
+    if len(sent) > MAX_CONDITIONALS:
+        return ()
+    kept = []
+    for conditional in sent:
+        branches = conditional.branches
+        numbers = [conditional.counted_flops, conditional.counted_bytes_accessed]
+        numbers += [n for b in branches for n in (b.flops, b.bytes_accessed)]
+        if not 2 <= len(branches) <= MAX_BRANCHES or not all(_cost(n) for n in numbers):
+            return ()
+        if any(len(b.ops) > MAX_BRANCH_OPS for b in branches):
+            return ()
+        kept.append(
+            Conditional(
+                name=clean_label(conditional.name),
+                branches=tuple(
+                    Branch(b.flops, b.bytes_accessed, tuple(clean_label(op) for op in b.ops))
+                    for b in branches
+                ),
+                counted_flops=conditional.counted_flops,
+                counted_bytes_accessed=conditional.counted_bytes_accessed,
+            )
+        )
+    return tuple(kept)
+
+
+def _cost(value: float) -> bool:
+    return math.isfinite(value) and value >= 0.0
 
 
 # -- execution samples and out-of-memory reports ----------------------------------------------
 
 
-def sample_of(message: xmon_pb2.ExecutionSample) -> ExecutionSample:
+def sample_of(
+    message: xmon_pb2.ExecutionSample,
+    conditionals: Mapping[int, tuple[Conditional, ...]] | None = None,
+) -> ExecutionSample:
     """An execution sample; its step begins are taken up to one past what a sample may hold,
-    enough for the reader to refuse it without a copy of all of them."""
+    enough for the reader to refuse it without a copy of all of them. ``conditionals``: the
+    job's, by program id, whose branches the reader counts."""
     return ExecutionSample(
+        conditionals=conditionals or {},
         started_at=message.started_at,
         duration_seconds=message.duration_seconds,
         xspace=message.xspace,

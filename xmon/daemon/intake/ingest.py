@@ -252,7 +252,8 @@ class IngestService(xmon_pb2_grpc.IngestServicer):
         elif kind == "result":
             link.resolve(message.result)
         elif kind == "execution_sample":
-            hub.ledger_reader.submit(state.ledger, sample_of(message.execution_sample))
+            sample = sample_of(message.execution_sample, state.conditionals_by_id())
+            hub.ledger_reader.submit(state.ledger, sample)
         elif kind == "oom":
             if hub.oom_sink is not None:
                 hub.oom_sink(state.job_name, state.pid, state.hello.hostname, oom_of(message.oom))

@@ -170,7 +170,7 @@ class StallReport(_message.Message):
     def __init__(self, seconds_since_step: _Optional[float] = ..., median_step_seconds: _Optional[float] = ..., stacks: _Optional[str] = ..., step_thread_waits_in: _Optional[str] = ..., step_thread_in_program: _Optional[str] = ...) -> None: ...
 
 class ProgramInfo(_message.Message):
-    __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids", "bytes_accessed_xla", "flops_lower_bound", "loops", "loops_unknown_trip_count", "flops_upper_bound")
+    __slots__ = ("fingerprint", "name", "fun_name", "flops", "flops_xla", "custom_call_flops", "transcendentals", "bytes_accessed", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_memory_bytes", "num_devices", "compile_seconds", "compiled_at", "cache_hit", "in_step", "program_ids", "bytes_accessed_xla", "flops_lower_bound", "loops", "loops_unknown_trip_count", "flops_upper_bound", "conditionals")
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     FUN_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,7 @@ class ProgramInfo(_message.Message):
     LOOPS_FIELD_NUMBER: _ClassVar[int]
     LOOPS_UNKNOWN_TRIP_COUNT_FIELD_NUMBER: _ClassVar[int]
     FLOPS_UPPER_BOUND_FIELD_NUMBER: _ClassVar[int]
+    CONDITIONALS_FIELD_NUMBER: _ClassVar[int]
     fingerprint: str
     name: str
     fun_name: str
@@ -221,7 +222,30 @@ class ProgramInfo(_message.Message):
     loops: int
     loops_unknown_trip_count: int
     flops_upper_bound: bool
-    def __init__(self, fingerprint: _Optional[str] = ..., name: _Optional[str] = ..., fun_name: _Optional[str] = ..., flops: _Optional[float] = ..., flops_xla: _Optional[float] = ..., custom_call_flops: _Optional[float] = ..., transcendentals: _Optional[float] = ..., bytes_accessed: _Optional[float] = ..., argument_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., alias_bytes: _Optional[int] = ..., temp_bytes: _Optional[int] = ..., generated_code_bytes: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., num_devices: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., compiled_at: _Optional[float] = ..., cache_hit: _Optional[bool] = ..., in_step: _Optional[bool] = ..., program_ids: _Optional[_Iterable[int]] = ..., bytes_accessed_xla: _Optional[float] = ..., flops_lower_bound: _Optional[bool] = ..., loops: _Optional[int] = ..., loops_unknown_trip_count: _Optional[int] = ..., flops_upper_bound: _Optional[bool] = ...) -> None: ...
+    conditionals: _containers.RepeatedCompositeFieldContainer[ConditionalCost]
+    def __init__(self, fingerprint: _Optional[str] = ..., name: _Optional[str] = ..., fun_name: _Optional[str] = ..., flops: _Optional[float] = ..., flops_xla: _Optional[float] = ..., custom_call_flops: _Optional[float] = ..., transcendentals: _Optional[float] = ..., bytes_accessed: _Optional[float] = ..., argument_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., alias_bytes: _Optional[int] = ..., temp_bytes: _Optional[int] = ..., generated_code_bytes: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., num_devices: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., compiled_at: _Optional[float] = ..., cache_hit: _Optional[bool] = ..., in_step: _Optional[bool] = ..., program_ids: _Optional[_Iterable[int]] = ..., bytes_accessed_xla: _Optional[float] = ..., flops_lower_bound: _Optional[bool] = ..., loops: _Optional[int] = ..., loops_unknown_trip_count: _Optional[int] = ..., flops_upper_bound: _Optional[bool] = ..., conditionals: _Optional[_Iterable[_Union[ConditionalCost, _Mapping]]] = ...) -> None: ...
+
+class ConditionalCost(_message.Message):
+    __slots__ = ("name", "branches", "counted_flops", "counted_bytes_accessed")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_FLOPS_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_BYTES_ACCESSED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    branches: _containers.RepeatedCompositeFieldContainer[BranchCost]
+    counted_flops: float
+    counted_bytes_accessed: float
+    def __init__(self, name: _Optional[str] = ..., branches: _Optional[_Iterable[_Union[BranchCost, _Mapping]]] = ..., counted_flops: _Optional[float] = ..., counted_bytes_accessed: _Optional[float] = ...) -> None: ...
+
+class BranchCost(_message.Message):
+    __slots__ = ("flops", "bytes_accessed", "ops")
+    FLOPS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_ACCESSED_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    flops: float
+    bytes_accessed: float
+    ops: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, flops: _Optional[float] = ..., bytes_accessed: _Optional[float] = ..., ops: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StepCounters(_message.Message):
     __slots__ = ("steps_total", "step_seconds_total", "recent_step_seconds", "flops_per_step", "bytes_per_step", "tokens_per_step", "steps_begun_total", "open_step_seconds")
