@@ -126,7 +126,7 @@ def _device_tally(
         return None
     # the window: the program's whole periods on this device, else the whole sample
     low, high = (executions[0], executions[-1]) if len(executions) >= 2 else (-1, 2**63)
-    whole = len(executions) - 1 if len(executions) >= 2 else len(executions)
+    whole = whole_executions(executions)
     in_window = _count(runs, low, high)
     counts = [_count(m, low, high) if m is not None else -1 for m in marks]
     sample_counts = [len(m) if m is not None else -1 for m in marks]
@@ -146,6 +146,12 @@ def _device_tally(
         whole, in_window, tuple(counts), tuple(sample_counts), tuple(periods), tuple(spans),
         len(executions),
     )  # fmt: skip
+
+
+def whole_executions(starts: Sequence[int]) -> int:
+    """The executions a window from the first of ``starts`` to the last holds: one fewer than
+    the starts, or the one there is."""
+    return len(starts) - 1 if len(starts) >= 2 else len(starts)
 
 
 def _count(times: Sequence[int], low: int, high: int) -> int:

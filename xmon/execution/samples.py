@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from xmon.execution.branches import BranchTally, tally, watched_ops
+from xmon.execution.branches import BranchTally, tally, watched_ops, whole_executions
 from xmon.execution.xplane import (
     HLO_MODULE,
     LAUNCH_NAME,
@@ -188,8 +188,8 @@ class SampleReading:
     # sample stops inside a step, whose remainder (a compile, a host-bound stretch) is not
     # the core's.
     core_busy_seconds: Mapping[int, float] | None = None
-    # (program id, conditional) -> how its branches ran in the whole sample, for the programs'
-    # conditionals the daemon asked about (xmon.execution.branches)
+    # (program id, conditional) -> how its branches ran over the program's whole executions on
+    # each device, for the conditionals the daemon asked about (xmon.execution.branches)
     branch_tallies: Mapping[tuple[int, str], BranchTally] = field(default_factory=dict)
 
 
@@ -472,7 +472,7 @@ def _branch_tallies(
         for conditional in watched:
             found = tally(conditional, seen.get(program, {}), ran)
             result[(program, conditional.name)] = found or BranchTally.none_seen(
-                len(conditional.branches), sum(len(s) for s in ran.values())
+                len(conditional.branches), sum(whole_executions(s) for s in ran.values())
             )
     return result
 
