@@ -182,6 +182,28 @@ def test_setup() -> None:
     assert all(f.severity == "info" for f in detect_setup(job(compile=cold), 100.0, 1.0))
 
 
+def test_an_inferred_step_with_a_program_every_k_of_them_may_be_a_micro_step() -> None:
+    """No markers, four micro-steps then an update: the inferred step is the micro-step, and
+    the job is told that the update's cycle may be its real step."""
+    inferred = StepStats(inferred=True, inferred_from="jit_micro", steps_per_second=40.0)
+    micro = Program("m", "jit_micro", executions_per_step=1.0)
+    update = Program("u", "jit_update", executions_per_step=0.25)
+    found = detect_setup(job(steps=inferred, programs=(micro, update)), 100.0, 1.0)
+    (ambiguous,) = [f for f in found if f.kind == "inferred_step_ambiguous"]
+    assert ambiguous.severity == "info"
+    assert "jit_update runs once every 4 of them" in ambiguous.summary
+    assert dict(ambiguous.evidence)["steps inferred from"] == "jit_micro"
+    assert "xmon.step()" in ambiguous.fix
+    # marked steps, a program at no whole cycle, or one as frequent as the step: nothing
+    marked = StepStats(steps_total=100, steps_per_second=10.0)
+    irregular = Program("u", "jit_update", executions_per_step=0.3)
+    twice = Program("u", "jit_update", executions_per_step=2.0)
+    for steps, programs in ((marked, (micro, update)), (inferred, (micro, irregular)),
+                            (inferred, (micro, twice))):  # fmt: skip
+        found = detect_setup(job(steps=steps, programs=programs), 100.0, 1.0)
+        assert "inferred_step_ambiguous" not in kinds(found)
+
+
 def test_a_job_tracing_itself_throughout_is_told_why_the_ledger_shows_nothing() -> None:
     busy = AgentHealth(ledger_samples_skipped_total=3, ledger_samples_busy_total=3)
     unsampled = LedgerStats(samples=0)

@@ -11,6 +11,10 @@ from xmon.model import Finding, Job
 
 NO_STEPS_AFTER_SECONDS = 60.0  # attached this long with programs and no step: say so
 CACHE_MIN_REQUESTS = 20
+# A program run once every k inferred steps, k whole (within this share) and at most
+# CYCLE_MOST: the inferred step may be a micro-step of gradient accumulation
+CYCLE_WHOLE_SHARE = 0.05
+CYCLE_MOST = 64
 
 
 def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
@@ -18,6 +22,7 @@ def detect_setup(job: Job, age_seconds: float, since: float) -> list[Finding]:
         _no_steps(job, age_seconds, since),
         _no_peak(job, since),
         _no_model_flops(job, since),
+        _inferred_step_may_be_a_micro_step(job, since),
         _cache_never_hits(job, since),
         _capabilities_missing(job, since),
         _ledger_kept_busy(job, age_seconds, since),
@@ -175,6 +180,46 @@ def _no_model_flops(job: Job, since: float) -> Finding | None:
         evidence=(("hardware FLOPs per step", _num(steps.flops_per_step)),),
         fix="Declare them once: xmon.declare_model_flops(6 * n_params * tokens_per_step, "
         "tokens_per_step=...) or xmon.step(flops=...).",
+    )
+
+
+def _inferred_step_may_be_a_micro_step(job: Job, since: float) -> Finding | None:
+    """Without markers a step is the busiest program's execution. A program run once every k
+    of them, exactly, may be the optimizer's update after k accumulated micro-steps (then the
+    job runs k times fewer steps, each k times the work) or an eval or logging program every
+    k steps (then the steps are right): the samples cannot tell the two apart, so the job is
+    told which, and how to say."""
+    steps = job.steps
+    if not steps.inferred or not steps.inferred_from:
+        return None
+    cycles = []
+    for program in job.programs:
+        per_step = program.executions_per_step
+        if program.name == steps.inferred_from or not per_step or not 0 < per_step < 1:
+            continue
+        every = 1.0 / per_step
+        whole = round(every)
+        if 2 <= whole <= CYCLE_MOST and abs(every - whole) <= CYCLE_WHOLE_SHARE * whole:
+            cycles.append((whole, program.name))
+    if not cycles:
+        return None
+    every, name = min(cycles)
+    return Finding(
+        kind="inferred_step_ambiguous",
+        severity="info",
+        summary=f"steps are inferred from {steps.inferred_from}, and {name} runs once every "
+        f"{every} of them: if it is the optimizer's update after {every} accumulated "
+        f"micro-steps, the job runs {every} times fewer steps than shown, each {every} times "
+        "the FLOPs",
+        since=since,
+        evidence=(
+            ("steps inferred from", steps.inferred_from),
+            (f"{name} executions per inferred step", f"{1 / every:.3g}"),
+            ("inferred steps per second", _num(steps.steps_per_second)),
+        ),
+        fix="Mark the step around the micro-steps and the update (`with xmon.step():`, or "
+        "jax.profiler.StepTraceAnnotation): steps, FLOPs per step and HFU then count whole "
+        f"steps. Nothing to do if {name} is an eval or logging program run every {every} steps.",
     )
 
 
