@@ -33,6 +33,7 @@ Cases (the patterns the execution ledger must get right):
   (``costliest_flops_per_step``);
 * ``switch_layers``: a ``lax.switch`` in a scan over 6 layers, each layer's branch picked by
   its index and the step, each branch twice a step; truth and XLA's figure as ``branches``;
+* ``accumulate_unmarked``: ``accumulate`` without step markers;
 * ``data_movement``: the train step, then a program that only moves data (a roll along the
   features): XLA's cost analysis gives it no FLOPs key, and it does none.
 * ``many_ops``: a step of 600 calls of a tiny jitted update (an optimizer stepped leaf by leaf):
@@ -161,14 +162,23 @@ def same_name() -> Job:
 def accumulate() -> Job:
     # One device: a gradient over batch shards would all-reduce, and XLA's CPU collectives
     # can stall when a host has fewer cores than virtual devices.
-    x, w = jnp.ones((BATCH, WIDTH)), jnp.full((WIDTH, WIDTH), 0.01)
+    # Strongly typed: a weakly typed zeros (jnp.zeros_like of jnp.full(..., 0.01)) compiled the
+    # micro-step again for its first call of each step (then three of its four calls are one
+    # executable, the first another)
+    x, w = jnp.ones((BATCH, WIDTH)), jnp.full((WIDTH, WIDTH), 0.01, jnp.float32)
 
     def loss(w: Any, x: Any) -> Any:
         return jnp.sum(jnp.tanh(x @ w) ** 2)
 
-    micro = jax.jit(lambda w, x, g: g + jax.grad(loss)(w, x))
-    update = jax.jit(lambda w, g: w - 1e-6 * g)
-    zeros = jnp.zeros_like(w)
+    @jax.jit
+    def micro(w: Any, x: Any, g: Any) -> Any:
+        return g + jax.grad(loss)(w, x)
+
+    @jax.jit
+    def update(w: Any, g: Any) -> Any:
+        return w - 1e-6 * g
+
+    zeros = jnp.zeros((WIDTH, WIDTH), jnp.float32)
     flops = ACCUMULATE * all_device_flops(micro.lower(w, x, zeros).compile())
     flops += all_device_flops(update.lower(w, zeros).compile())
     state = {"w": w}
@@ -419,7 +429,7 @@ def main(case: str, out: Path) -> None:
         job = recompile()
     elif case == "same_name":
         job = same_name()
-    elif case == "accumulate":
+    elif case in ("accumulate", "accumulate_unmarked"):
         job = accumulate()
     elif case == "eval":
         job = evaluate()

@@ -309,6 +309,29 @@ def test_steps_are_inferred_without_markers(tmp_path: Path, daemon: Daemon, case
                  truth["flops_per_step"] * overall, 0.10)  # fmt: skip
 
 
+def test_accumulation_without_markers_is_counted_per_micro_step_and_said_to_be(
+    tmp_path: Path, daemon: Daemon
+) -> None:
+    """Four micro-steps, then the update, no markers: the samples cannot tell this from a
+    train step with an eval every fourth, so steps are the busiest program's (the micro-step)
+    and each number is right for them, and the job is told its steps may be 4 times fewer."""
+
+    def told(job: Job) -> bool:
+        return any(f.kind == "inferred_step_ambiguous" for f in job.findings)
+
+    job, truth = run_case(tmp_path, daemon, "accumulate_unmarked", timeout=150, inferred=True,
+                          until=told)  # fmt: skip
+    steps = job.steps
+    assert steps.inferred and steps.inferred_from == "jit_micro" and steps.steps_total == 0
+    (finding,) = [f for f in job.findings if f.kind == "inferred_step_ambiguous"]
+    assert "jit_update runs once every 4 of them" in finding.summary, finding
+    # per micro-step: one micro-step and a quarter of the update
+    assert close(steps.flops_per_step, truth["flops_per_step"] / 4, 0.02)
+    overall = (len(truth["begins"]) - 1) / (truth["begins"][-1] - truth["begins"][0])
+    # Sampled rates run while the profiler records, which slows a CPU job by a few percent.
+    assert close(steps.steps_per_second, 4 * overall, 0.10), (steps.steps_per_second, overall)
+
+
 @pytest.mark.alone  # the job times its own calls: on a busy host they wait for a core too
 def test_device_busy_ratio_shows_a_host_bound_job(tmp_path: Path, daemon: Daemon) -> None:
     job, truth = run_case(tmp_path, daemon, "host_bound")

@@ -194,8 +194,8 @@ def _inferred_step_may_be_a_micro_step(job: Job, since: float) -> Finding | None
         return None
     cycles = []
     for program in job.programs:
-        per_step = program.executions_per_step
-        if program.name == steps.inferred_from or not per_step or not 0 < per_step < 1:
+        per_step = program.executions_per_step  # the step's own program runs once a step
+        if not per_step or not 0 < per_step < 1:
             continue
         every = 1.0 / per_step
         whole = round(every)
@@ -204,6 +204,8 @@ def _inferred_step_may_be_a_micro_step(job: Job, since: float) -> Finding | None
     if not cycles:
         return None
     every, name = min(cycles)
+    if name == steps.inferred_from:
+        name = f"another program named {name}"
     return Finding(
         kind="inferred_step_ambiguous",
         severity="info",
