@@ -9,11 +9,14 @@ runs each of its top-level instructions once, and on CPU the conditional itself 
 event. Counting them gives how often each branch ran, per run of the conditional, and how
 often the conditional ran per execution of its program (more than once inside a loop).
 
-A branch taken every k-th run (an eval or a logging step every k steps) is counted over its
-own whole periods, between its first and last run in the sample, against the conditional's
-runs in the same span: that ratio is exact, where a count over an arbitrary window is off by
-up to a run at either end (one in four taken 2 or 3 times in a window of nine runs is 22-33 %).
-The most frequent branch takes what the others leave.
+Counts are taken over whole executions of the program on each device (from its first start
+in the sample to its last), so a conditional that takes the same branches every execution (one
+per layer of a scan) is counted exactly. A branch taken less than once an execution (an eval or
+a logging step every k steps) is counted over its own whole periods instead, between its first
+and last run in the sample, against the conditional's runs in the same span: that ratio is
+exact, where a window of executions is off by up to a run at either end (one in four taken 2
+or 3 times in a window of nine runs is 22-33 %). The most frequent branch takes what the
+others leave.
 """
 
 from __future__ import annotations
