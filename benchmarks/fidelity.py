@@ -65,17 +65,27 @@ def program_rows(quick: bool) -> list[Row]:
 
 
 def execution_rows(workdir: Path, daemon: Daemon, quick: bool) -> list[Row]:
-    from test_execution import PEAK, SAMPLES, UNMARKED, own_rate, run_case, run_unmarked
+    from test_execution import (
+        PEAK,
+        SAMPLES,
+        UNMARKED,
+        branches_counted,
+        own_rate,
+        run_case,
+        run_unmarked,
+    )
 
     rows: list[Row] = []
     cases = ["aot"] if quick else ["aot", "same_name", "accumulate", "eval", "eval_10",
                                    "scan_layers", "transformer", "slow_0.3", "slow_2",
-                                   "slow_10", "recompile"]  # fmt: skip
+                                   "slow_10", "recompile", "branches", "switch_layers"]  # fmt: skip
     for case in cases:
         (workdir / case).mkdir()
         ten = case == "slow_10"  # samples 20 s apart: two of them, over 4 steps
+        # a conditional's branches are counted once its samples have shown them run
+        until = branches_counted if case in ("branches", "switch_layers") else None
         job, truth = run_case(workdir / case, daemon, case, timeout=200 if ten else 150,
-                              samples=2 if ten else SAMPLES)  # fmt: skip
+                              samples=2 if ten else SAMPLES, until=until)  # fmt: skip
         rate = own_rate(truth, job, min_steps=4 if ten else 16)
         flops, util = truth["flops_per_step"], job.utilization
         rows += [

@@ -133,7 +133,7 @@ def test_a_branch_the_data_picks_is_counted_as_often_as_it_runs(
     its costly branch one step in four; the other switches among three in each of 6 scanned
     layers, by the layer and the step. The samples show which branch each run took: FLOPs per
     step are what ran, no longer an upper bound, within 2 % of the job's own count."""
-    job, truth = run_case(tmp_path, daemon, case, until=_branches_counted)
+    job, truth = run_case(tmp_path, daemon, case, until=branches_counted)
     steps, util = job.steps, job.utilization
     assert not util.flops_upper_bound and not util.flops_lower_bound
     (step,) = [p for p in job.programs if p.flops_branch_mix]  # the step's program
@@ -150,7 +150,9 @@ def test_a_branch_the_data_picks_is_counted_as_often_as_it_runs(
     assert close(util.achieved_flops_per_second, truth["flops_per_step"] * rate, 0.03)
 
 
-def _branches_counted(job: Job) -> bool:
+def branches_counted(job: Job) -> bool:
+    """Whether a program's conditionals have had their branches counted (the benchmark waits
+    for it too)."""
     return any(p.flops_branch_mix for p in job.programs)
 
 
