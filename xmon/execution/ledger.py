@@ -299,16 +299,22 @@ def stepped_through(sample: SampleReading) -> bool:
     return bool(stepped) and sample.core_seconds >= STEPPING_CORE_SHARE * sample.duration_seconds
 
 
+MIN_CORE_STEPS = 1.0  # a core holding less than a whole step says nothing of a step's work
+
+
 def holds_marked_steps(sample: SampleReading) -> bool:
-    """Whether the sample's core window held whole marked steps, with the devices' busy
-    seconds in it: what :meth:`JobLedger.stepping_device_seconds_per_step` counts."""
+    """Whether the sample's core window held whole marked steps (one at least), with the
+    devices' busy seconds in it: what :meth:`JobLedger.stepping_device_seconds_per_step`
+    counts. A step longer than the sample that runs its program on several devices has a core
+    of those devices' starts of one execution, a fraction of a step: not counted."""
+    steps = sample.steps_in_core
     return bool(
         sample.steps_marked
         and sample.whole_periods
         and sample.core_busy_seconds is not None
-        and sample.steps_in_core
-        and sample.steps_in_core > 0
-        and math.isfinite(sample.steps_in_core)
+        and steps is not None
+        and math.isfinite(steps)
+        and steps >= MIN_CORE_STEPS
     )
 
 

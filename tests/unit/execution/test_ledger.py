@@ -663,6 +663,8 @@ def test_busy_seconds_per_marked_step_leave_out_the_sample_s_lead_in_and_tail() 
     ledger.add(replace(lead_and_tail, whole_periods=False, core_busy_seconds=None))
     ledger.add(replace(lead_and_tail, steps_in_core=0.0, core_busy_seconds={0: 0.1}))
     ledger.add(replace(lead_and_tail, steps_in_core=float("nan"), core_busy_seconds={0: 0.1}))
+    # a long step's one execution on four devices: a core of their starts, a sliver of a step
+    ledger.add(replace(lead_and_tail, steps_in_core=0.004, core_busy_seconds={0: 1e-5}))
     assert ledger.stepping_device_seconds_per_step() == {0: 0.01, 1: 0.01}
 
 
