@@ -832,3 +832,36 @@ def test_a_program_counts_the_branches_that_ran_instead_of_the_costliest() -> No
     other = replace(BRANCHY, name="cond.2")
     unseen = rates.with_ledger(replace(program, conditionals=(BRANCHY, other)), ledger, None)
     assert unseen.flops == 10e6 and unseen.flops_upper_bound and not unseen.flops_branch_mix
+
+
+def gpu_branch_plane(device: int, taken: Sequence[int]) -> xp.XPlane:
+    """A GPU's plane: program 3's module event each execution (no run id) on its "XLA Modules"
+    line, and on its stream the kernel of the branch taken (its HLO op named); the conditional
+    itself runs on the host and has no event."""
+    plane = xp.XPlane(name=f"/device:GPU:{device}")
+    for key, name in ((PROGRAM, "program_id"), (OP, "hlo_op")):
+        plane.stat_metadata[key].CopyFrom(xp.XStatMetadata(id=key, name=name))
+    plane.event_metadata[5].CopyFrom(xp.XEventMetadata(id=5, name="jit_step", stats=[
+        xp.XStat(metadata_id=PROGRAM, int64_value=3)]))  # fmt: skip
+    for k, op in enumerate(("scale_fusion", "dot_fusion")):
+        plane.event_metadata[6 + k].CopyFrom(xp.XEventMetadata(id=6 + k, name=op, stats=[
+            xp.XStat(metadata_id=PROGRAM, int64_value=3),
+            xp.XStat(metadata_id=OP, str_value=op)]))  # fmt: skip
+    modules = plane.lines.add(name="XLA Modules", timestamp_ns=1_000)
+    stream = plane.lines.add(name="Stream #14(Compute)", timestamp_ns=1_000)
+    for i, branch in enumerate(taken):
+        at = 10.0 * i
+        modules.events.append(xp.XEvent(metadata_id=5, offset_ps=int(at * MS), duration_ps=5 * MS))
+        stream.events.append(xp.XEvent(metadata_id=6 + branch, offset_ps=int((at + 1) * MS),
+                                       duration_ps=3 * MS))  # fmt: skip
+    return plane
+
+
+def test_gpu_branches_are_counted_from_their_kernels_over_each_device_s_module_events() -> None:
+    taken = [1, 0, 0, 0] * 3 + [1]
+    space = xp.XSpace(planes=[gpu_branch_plane(0, taken), gpu_branch_plane(1, taken)])
+    reading = parse(space, 0.13, conditionals={3: (BRANCHY,)})
+    found = reading.branch_tallies[(3, "cond.1")]
+    assert (found.executions, found.conditional_runs) == (24, 24)  # 12 whole on each device
+    mix = ledger_rates([reading]).branch_mixes[(3, "cond.1")]
+    assert mix.shares == pytest.approx((0.75, 0.25)) and mix.runs_per_execution == 1.0
