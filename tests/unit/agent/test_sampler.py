@@ -114,9 +114,12 @@ def test_a_sample_holds_whole_marked_steps_counted_by_the_daemon(step_seconds: f
         ratio = reading.executions[reading.dominant] / reading.steps_in_core
         assert ratio == pytest.approx(1.0, rel=0.15), reading
     else:
-        # One step or two: counted between the first and the last begin.
-        assert reading.steps_in_core == steps
-        assert reading.executions == {reading.dominant: steps}, reading.executions
+        # One step or two, whole, one execution each. The profiler records from inside the
+        # session's start, before the agent's clock says it runs: a step begun then is in the
+        # recording but its begin is not among the sample's (on a busy host: two steps, one
+        # of them without its begin).
+        assert steps <= reading.steps_in_core <= steps + 1, (steps, reading)
+        assert reading.executions == {reading.dominant: reading.steps_in_core}, reading
     assert ledger.samples_total == 1 and ledger.skipped_total == 0
 
 
