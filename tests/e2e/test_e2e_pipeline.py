@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from support.procs import Daemon, Proc, start_daemon, start_job, wait_for
+from support.procs import Daemon, Proc, json_written, start_daemon, start_job, wait_for
 
 JOB = r"""
 import json, os, pathlib, time
@@ -59,9 +59,12 @@ def _run_job(tmp_path: Path, daemon_socket: Path, name: str = "e2e") -> tuple[Pr
     env = {"JOB_OUT": str(tmp_path / "out.json"), "JOB_STOP": str(tmp_path / "stop")}
     job = start_job(tmp_path, daemon_socket, JOB, name, **env)
     _started.append(job)
-    wait_for(lambda: (tmp_path / "out.json").exists() or not job.alive(), 120, "the job to start")
-    assert job.alive(), job.log()
-    return job, json.loads((tmp_path / "out.json").read_text())
+
+    def written() -> Any:
+        assert job.alive(), job.log()
+        return json_written(tmp_path / "out.json")
+
+    return job, wait_for(written, 120, "the job to start")
 
 
 def _finish(job: Proc, tmp_path: Path) -> str:

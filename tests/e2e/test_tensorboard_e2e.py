@@ -3,15 +3,15 @@ read back with tensorboard's own EventAccumulator."""
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
+from typing import Any
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xmon.wire.client import DaemonClient
 
-from support.procs import start_job, wait_for
+from support.procs import json_written, start_job, wait_for
 from support.profiling_procs import profiling_daemon
 
 # Holds one numpy-made array per device (no temporaries) and then only sleeps, so the live
@@ -40,9 +40,12 @@ def test_device_memory_scalars_equal_what_the_agent_reported(tmp_path: Path) -> 
     job = start_job(tmp_path, daemon.socket_path, HOLDING_JOB, "holder",
                     JOB_OUT=str(out), JOB_STOP=str(stop))  # fmt: skip
     try:
-        wait_for(lambda: out.exists() or not job.alive(), 120, "the job to allocate")
-        assert job.alive(), job.log()
-        info = json.loads(out.read_text())
+
+        def written() -> Any:
+            assert job.alive(), job.log()
+            return json_written(out)
+
+        info = wait_for(written, 120, "the job to allocate")
         expected = {int(k): v for k, v in info["bytes"].items()}
         assert expected == {0: 4096, 1: 8192, 2: 12288, 3: 16384}
         with DaemonClient(daemon.socket_path) as client:

@@ -21,7 +21,7 @@ import pytest
 from xmon.model import Goodput, Job
 from xmon.wire.client import DaemonClient
 
-from support.procs import Daemon, start_job, wait_for
+from support.procs import Daemon, json_written, start_job, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dashboards.alerts import ALERTS  # noqa: E402
@@ -65,9 +65,12 @@ def run_goodput_job(
     job = start_job(tmp_path, daemon.socket_path, script, name, period=0.5,
                     XMON_LEDGER_INTERVAL="2", XMON_LEDGER_DURATION="1")  # fmt: skip
     try:
-        wait_for(lambda: truth_path.exists() or not job.alive(), 240, "the job's last step", 0.5)
-        assert job.alive(), job.log()
-        truth = json.loads(truth_path.read_text())
+
+        def written() -> Any:
+            assert job.alive(), job.log()
+            return json_written(truth_path)
+
+        truth = wait_for(written, 240, "the job's last step", 0.5)
         with DaemonClient(daemon.socket_path) as client:
 
             def idle_account() -> tuple[Job, Goodput] | None:

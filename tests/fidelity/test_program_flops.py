@@ -4,7 +4,6 @@ XLA's own figure counts each loop body once; xmon's must be within 1 % of the tr
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from xmon.agent.hlo_store import serialized_modules
 from xmon.agent.programs import analyse_loops, describe_executable, with_loop_cost
 from xmon.model import Program
 
-from support.procs import Daemon, start_job, wait_for
+from support.procs import Daemon, json_written, start_job, wait_for
 
 COUNTED = [name for name in patterns.BUILDERS if name != "data_dependent_while"]
 
@@ -206,9 +205,12 @@ def test_daemon_metrics_show_loop_aware_flops(tmp_path: Path, daemon: Daemon) ->
     job = start_job(tmp_path, daemon.socket_path, JOB, "loops", JOB_OUT=str(out),
                     JOB_STOP=str(stop))  # fmt: skip
     try:
-        wait_for(lambda: out.exists() or not job.alive(), 120, "the job to compile")
-        assert job.alive(), job.log()
-        truth = json.loads(out.read_text())
+
+        def written() -> Any:
+            assert job.alive(), job.log()
+            return json_written(out)
+
+        truth = wait_for(written, 120, "the job to compile and write its truth")
 
         def scraped() -> str | None:
             text = daemon.scrape()

@@ -23,6 +23,16 @@ METRICS_URL = re.compile(rb"metrics on http://([^\s/]+):(\d+)/metrics")
 CPU_PEAKS = {"cpu": {"flops_per_second": 1e11, "memory_bytes_per_second": 2e10}}
 
 
+def json_written(path: Path) -> Any:
+    """The JSON document at ``path`` once its writer has finished it; None before (absent, or
+    still being written: a job's ``write_text`` is not atomic, and a test that read the file
+    the moment it appeared read it empty on a busy host)."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll until predicate() is truthy; fail with a message naming what never happened."""
     deadline = time.monotonic() + timeout

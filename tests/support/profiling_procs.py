@@ -22,6 +22,7 @@ from support.procs import (
     Proc,
     base_env,
     free_port,
+    json_written,
     spawn,
     start_daemon,
     start_job,
@@ -92,13 +93,12 @@ def run_stepping_job(workdir: Path, daemon: Daemon, name: str, **env: str) -> Jo
     proc = start_job(workdir, daemon.socket_path, STEPPING_JOB, name, JOB_OUT=str(out),
                      JOB_STOP=str(workdir / f"{name}.stop"), **env)  # fmt: skip
 
-    def started() -> bool:
+    def started() -> Any:
         if not proc.alive():
             raise AssertionError(f"job {name} exited:\n{proc.log()}")
-        return out.exists()
+        return json_written(out)
 
-    wait_for(started, 120, f"job {name} to start")
-    info = json.loads(out.read_text())
+    info = wait_for(started, 120, f"job {name} to start")
     return Job(proc, workdir, name, info["pid"], info["flops"], info["bytes"])
 
 
