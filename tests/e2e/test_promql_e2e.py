@@ -273,11 +273,16 @@ def test_allocator_stats_come_through(ready: Stack) -> None:
         (ALLOCATOR_JOB, str(d.id)) for d in ready.allocator.devices
     }
     selector = f'{{job_name="{ALLOCATOR_JOB}"}}'
-    rates = wait_for(
-        lambda: ready.prometheus.values(f"rate(xmon_job_device_allocations_total{selector}[5s])"),
-        60, "allocation rates",
-    )  # fmt: skip
-    assert len(rates) == len(ready.allocator.devices) and min(rates.values()) > 0, rates
+
+    def allocating() -> dict[str, float] | None:
+        # A 5 s window that a busy host scraped once holds one value, whose rate is 0 until the
+        # next scrape: the test waits for every device's rate to show
+        found = ready.prometheus.values(f"rate(xmon_job_device_allocations_total{selector}[5s])")
+        every = len(found) == len(ready.allocator.devices) and min(found.values(), default=0) > 0
+        return found if every else None
+
+    rates = wait_for(allocating, 60, "every device's allocation rate above 0", interval=1)
+    assert len(rates) == len(ready.allocator.devices), rates
     fragmentation = ready.prometheus.values(f"xmon_job_device_memory_fragmentation_ratio{selector}")
     assert fragmentation and all(0 < v < 1 for v in fragmentation.values()), fragmentation
 
