@@ -678,20 +678,16 @@ def snapshot_to_dict(snapshot: Snapshot) -> dict[str, Any]:
 NOT_SENT = {"Program": frozenset({"conditionals"})}
 
 
+@functools.cache
 def sent_fields(cls: type) -> tuple[str, ...]:
     """The fields of a model class a snapshot sends views."""
     held = NOT_SENT.get(cls.__name__, frozenset())
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in held)
 
 
-@functools.cache
-def _plain_fields(cls: type) -> tuple[str, ...]:
-    return sent_fields(cls)
-
-
 def _to_plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: _to_plain(getattr(value, name)) for name in _plain_fields(type(value))}
+        return {name: _to_plain(getattr(value, name)) for name in sent_fields(type(value))}
     if isinstance(value, tuple | list):
         return [_to_plain(item) for item in value]
     if isinstance(value, dict):
