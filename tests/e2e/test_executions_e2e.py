@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from support.procs import Daemon, Proc, start_job, wait_for
+from support.procs import Daemon, Proc, json_written, start_job, wait_for
 from support.profiling_procs import profiling_daemon, xmon_cli
 
 pytestmark = pytest.mark.xdist_group("paced-job")  # its tests share the module's job
@@ -64,12 +64,11 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Pr
                     XMON_LEDGER="off")  # fmt: skip
     try:
 
-        def started() -> bool:
+        def started() -> Any:
             assert job.alive(), job.log()
-            return out.exists()
+            return json_written(out)
 
-        wait_for(started, 120, "the paced job to start")
-        yield daemon, job, json.loads(out.read_text())["pid"]
+        yield daemon, job, wait_for(started, 120, "the paced job to start")["pid"]
         stop.touch()
         assert job.popen.wait(60) == 0 and "RESULT" in job.log(), job.log()
     finally:

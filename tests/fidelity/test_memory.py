@@ -8,7 +8,6 @@ that count, during training too; at least one case is checked on the daemon's /m
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from support.procs import Daemon, Proc, base_env, spawn, wait_for
+from support.procs import Daemon, Proc, base_env, json_written, spawn, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,10 +42,12 @@ def run_job(
     env.pop("XLA_FLAGS", None)  # the job sets its own device count
     job = spawn([sys.executable, str(JOBS), case, str(out), *flags], tmp_path / f"{case}.log", env)
     _started.append(job)
-    wait_for(lambda: out.exists() or not job.alive(), 180, f"the {case} job's results")
-    assert job.alive(), job.log()
-    wait_for(lambda: json.loads(out.read_text()), 10, "the results to be written")
-    return job, json.loads(out.read_text()), out
+
+    def written() -> Any:
+        assert job.alive(), job.log()
+        return json_written(out)
+
+    return job, wait_for(written, 180, f"the {case} job's results"), out
 
 
 def finish(job: Proc, out: Path) -> None:

@@ -12,6 +12,8 @@ import psutil
 from xmon.findings.host_bound import OTHERS_BUSY_CORES
 from xmon.model import Finding
 
+from support.process_tree import descendants
+
 SHARED_SUMMARY = "the job's threads wait for a CPU the host's other processes hold"
 
 
@@ -22,7 +24,7 @@ def others_busy_cores(pid: int, seconds: float = 3.0) -> float:
 
     def job_seconds() -> float:
         total = 0.0
-        for process in (job, *job.children(recursive=True)):
+        for process in (job, *descendants(pid)):
             try:
                 times = process.cpu_times()
             except psutil.NoSuchProcess:
